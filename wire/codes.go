@@ -1,0 +1,145 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of the decoders. Errors returned by this package wrap one of them with %w and
+// say where the problem was.
+var (
+	ErrMalformed     = errors.New("malformed frame")
+	ErrNotProtocol   = errors.New("not a LightQ peer")
+	ErrVersion       = errors.New("unsupported protocol version")
+	ErrFrameTooLarge = errors.New("frame too large")
+	ErrCorruptBatch  = errors.New("corrupt record batch")
+	ErrBatchTooLarge = errors.New("record batch too large")
+)
+
+// Code is an error code carried by an ERROR frame. NEVER renumber: codes are part of the wire
+// format. Each code states whether the broker closes the connection after sending it.
+type Code uint16
+
+const (
+	CodeMalformedFrame      Code = 1  // the byte stream cannot be parsed; fatal
+	CodeUnsupportedVersion  Code = 2  // header version is not one the broker speaks; fatal
+	CodeFrameTooLarge       Code = 3  // length over the broker's limit; fatal
+	CodeUnknownOpcode       Code = 4  // the frame was skipped
+	CodeHandshakeRequired   Code = 5  // HELLO must come first
+	CodeNotAuthenticated    Code = 6  // only HELLO, AUTH and PING are allowed before AUTH
+	CodeAuthFailed          Code = 7  // wrong user or password
+	CodeAuthTimeout         Code = 8  // no successful AUTH within the deadline; fatal
+	CodeTooManyAttempts     Code = 9  // too many failed logins; fatal
+	CodeNotAuthorized       Code = 10 // authenticated, but not allowed to do this
+	CodeUnknownTopic        Code = 11
+	CodeUnknownPartition    Code = 12
+	CodeTopicExists         Code = 13
+	CodeInvalidRequest      Code = 14 // a well-framed request whose body or values are invalid
+	CodeCorruptBatch        Code = 15 // record batch CRC or structure is wrong; nothing stored
+	CodeMessageTooLarge     Code = 16 // a batch or record over the announced limits
+	CodeStorageFull         Code = 17 // the disk is full; retry later
+	CodeStorageError        Code = 18 // I/O error on the partition; it refuses writes until repaired
+	CodeNotSupported        Code = 19 // e.g. FETCH on a transient topic
+	CodeShuttingDown        Code = 20 // the broker is stopping; fatal
+	CodeInternal            Code = 21
+	CodeOffsetOutOfRange    Code = 22
+	CodeUnknownSubscription Code = 23
+	CodeResourceLimit       Code = 24 // too many subscriptions or topics
+	CodeNotProtocol         Code = 25 // the peer does not speak LightQ (HTTP, TLS, ...); fatal
+)
+
+type codeInfo struct {
+	name  string
+	fatal bool
+}
+
+var codeTable = map[Code]codeInfo{
+	CodeMalformedFrame:      {"MALFORMED_FRAME", true},
+	CodeUnsupportedVersion:  {"UNSUPPORTED_VERSION", true},
+	CodeFrameTooLarge:       {"FRAME_TOO_LARGE", true},
+	CodeUnknownOpcode:       {"UNKNOWN_OPCODE", false},
+	CodeHandshakeRequired:   {"HANDSHAKE_REQUIRED", false},
+	CodeNotAuthenticated:    {"NOT_AUTHENTICATED", false},
+	CodeAuthFailed:          {"AUTH_FAILED", false},
+	CodeAuthTimeout:         {"AUTH_TIMEOUT", true},
+	CodeTooManyAttempts:     {"TOO_MANY_ATTEMPTS", true},
+	CodeNotAuthorized:       {"NOT_AUTHORIZED", false},
+	CodeUnknownTopic:        {"UNKNOWN_TOPIC", false},
+	CodeUnknownPartition:    {"UNKNOWN_PARTITION", false},
+	CodeTopicExists:         {"TOPIC_EXISTS", false},
+	CodeInvalidRequest:      {"INVALID_REQUEST", false},
+	CodeCorruptBatch:        {"CORRUPT_BATCH", false},
+	CodeMessageTooLarge:     {"MESSAGE_TOO_LARGE", false},
+	CodeStorageFull:         {"STORAGE_FULL", false},
+	CodeStorageError:        {"STORAGE_ERROR", false},
+	CodeNotSupported:        {"NOT_SUPPORTED", false},
+	CodeShuttingDown:        {"SHUTTING_DOWN", true},
+	CodeInternal:            {"INTERNAL", false},
+	CodeOffsetOutOfRange:    {"OFFSET_OUT_OF_RANGE", false},
+	CodeUnknownSubscription: {"UNKNOWN_SUBSCRIPTION", false},
+	CodeResourceLimit:       {"RESOURCE_LIMIT", false},
+	CodeNotProtocol:         {"NOT_PROTOCOL", true},
+}
+
+func (c Code) String() string {
+	if i, ok := codeTable[c]; ok {
+		return i.name
+	}
+	return fmt.Sprintf("CODE_%d", uint16(c))
+}
+
+// Fatal reports whether the broker closes the connection after an ERROR with this code.
+func (c Code) Fatal() bool { return codeTable[c].fatal }
+
+// Codes lists every defined code in numeric order (for documentation tests).
+func Codes() []Code {
+	out := make([]Code, 0, len(codeTable))
+	for c := Code(1); int(c) <= len(codeTable)+1; c++ {
+		if _, ok := codeTable[c]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Error is an error reported by the broker in an ERROR frame. Clients return it as is, so
+// callers can test the code with errors.As or Is.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "lightq: " + e.Code.String()
+	}
+	return "lightq: " + e.Code.String() + ": " + e.Message
+}
+
+// Is makes errors.Is(err, &wire.Error{Code: c}) match on the code alone.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// CodeOf maps a decoder error to the code the broker answers it with.
+func CodeOf(err error) Code {
+	var we *Error
+	switch {
+	case errors.As(err, &we):
+		return we.Code
+	case errors.Is(err, ErrNotProtocol):
+		return CodeNotProtocol
+	case errors.Is(err, ErrVersion):
+		return CodeUnsupportedVersion
+	case errors.Is(err, ErrFrameTooLarge):
+		return CodeFrameTooLarge
+	case errors.Is(err, ErrCorruptBatch):
+		return CodeCorruptBatch
+	case errors.Is(err, ErrBatchTooLarge):
+		return CodeMessageTooLarge
+	case errors.Is(err, ErrMalformed):
+		return CodeMalformedFrame
+	}
+	return CodeInternal
+}
