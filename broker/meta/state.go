@@ -1,0 +1,155 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/wire"
+)
+
+// ErrInvalid is wrapped by errors for a State that breaks a rule of Validate.
+var ErrInvalid = errors.New("meta: invalid state")
+
+// User is a broker user. Hash is an auth PHC string (see auth.Hash); the plaintext password
+// is never stored.
+type User struct {
+	Name  string
+	Hash  string
+	Admin bool
+}
+
+// Topic is a topic's metadata.
+type Topic struct {
+	Name       string
+	Kind       wire.Kind
+	Partitions int
+	User       string // the user that owns the topic; must exist
+	Options    []wire.Option
+	CreatedAt  time.Time
+}
+
+// State is the whole metadata: users and topics, each keyed by name.
+type State struct {
+	Users  map[string]User
+	Topics map[string]Topic
+}
+
+// Clone returns a deep copy of s (with non-nil maps).
+func (s State) Clone() State {
+	c := State{Users: make(map[string]User, len(s.Users)), Topics: make(map[string]Topic, len(s.Topics))}
+	maps.Copy(c.Users, s.Users)
+	for name, t := range s.Topics {
+		t.Options = slices.Clone(t.Options)
+		c.Topics[name] = t
+	}
+	return c
+}
+
+// normalize makes nil maps empty, stores times in UTC without a monotonic reading and empty
+// option lists as nil, so that a state equals itself after a round trip through the file.
+func (s *State) normalize() {
+	if s.Users == nil {
+		s.Users = map[string]User{}
+	}
+	if s.Topics == nil {
+		s.Topics = map[string]Topic{}
+	}
+	for name, t := range s.Topics {
+		t.CreatedAt = t.CreatedAt.UTC()
+		if len(t.Options) == 0 {
+			t.Options = nil
+		}
+		s.Topics[name] = t
+	}
+}
+
+// Validate reports the first broken rule (in name order), wrapping ErrInvalid: user names are
+// 1-255 bytes of printable UTF-8; hashes are well-formed auth PHC strings; topic names pass
+// wire.ValidTopicName; kinds are transient or durable; partitions are 1..wire.MaxPartitions;
+// each topic's user exists; options respect the wire limits and have unique keys; map keys
+// equal the names.
+func (s State) Validate() error {
+	for _, name := range slices.Sorted(maps.Keys(s.Users)) {
+		u := s.Users[name]
+		if err := validateUser(name, u); err != nil {
+			return fmt.Errorf("%w: user %q: %v", ErrInvalid, name, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Topics)) {
+		t := s.Topics[name]
+		if err := s.validateTopic(name, t); err != nil {
+			return fmt.Errorf("%w: topic %q: %v", ErrInvalid, name, err)
+		}
+	}
+	return nil
+}
+
+// ValidUserName reports why name cannot name a user, or nil: names are 1-255 bytes of UTF-8
+// without control characters.
+func ValidUserName(name string) error {
+	if len(name) == 0 || len(name) > wire.MaxUser {
+		return fmt.Errorf("user name must be 1-%d bytes, got %d", wire.MaxUser, len(name))
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("user name is not valid UTF-8")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("user name contains control character %U", r)
+		}
+	}
+	return nil
+}
+
+func validateUser(key string, u User) error {
+	if u.Name != key {
+		return fmt.Errorf("stored under key %q but named %q", key, u.Name)
+	}
+	if err := ValidUserName(u.Name); err != nil {
+		return err
+	}
+	if err := auth.CheckEncoding(u.Hash); err != nil {
+		return fmt.Errorf("password hash: %v", err) // the hash is not quoted: it might be a plaintext password
+	}
+	return nil
+}
+
+func (s State) validateTopic(key string, t Topic) error {
+	if t.Name != key {
+		return fmt.Errorf("stored under key %q but named %q", key, t.Name)
+	}
+	if err := wire.ValidTopicName(t.Name); err != nil {
+		return err
+	}
+	if t.Kind != wire.KindTransient && t.Kind != wire.KindDurable {
+		return fmt.Errorf("unknown kind %v", t.Kind)
+	}
+	if t.Partitions < 1 || t.Partitions > wire.MaxPartitions {
+		return fmt.Errorf("partitions %d outside [1, %d]", t.Partitions, wire.MaxPartitions)
+	}
+	if _, ok := s.Users[t.User]; !ok {
+		return fmt.Errorf("user %q does not exist", t.User)
+	}
+	if len(t.Options) > wire.MaxOptions {
+		return fmt.Errorf("%d options, limit %d", len(t.Options), wire.MaxOptions)
+	}
+	seen := make(map[string]bool, len(t.Options))
+	for _, o := range t.Options {
+		switch {
+		case len(o.Key) == 0 || len(o.Key) > wire.MaxOptionKey:
+			return fmt.Errorf("option key %q must be 1-%d bytes", o.Key, wire.MaxOptionKey)
+		case len(o.Value) > wire.MaxOptionValue:
+			return fmt.Errorf("option %q: value longer than %d bytes", o.Key, wire.MaxOptionValue)
+		case seen[o.Key]:
+			return fmt.Errorf("option %q given twice", o.Key)
+		}
+		seen[o.Key] = true
+	}
+	return nil
+}
