@@ -1,0 +1,56 @@
+# LightQ. `make run` starts a broker on 127.0.0.1:7450 with ./data; `make test` runs what CI runs.
+GO        ?= go
+BIN       := bin
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
+FUZZTIME  ?= 10s
+PKGS      := ./...
+
+.PHONY: all build run test unit race lint fuzz fuzz-short bench build-386 clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+run:
+	$(GO) run ./cmd/lightq $(ARGS)
+
+# The whole default suite: formatting, vet, staticcheck, a 32-bit build, every test under the
+# race detector, and a short run of every fuzz target.
+test: lint build-386 race fuzz-short
+
+unit:
+	$(GO) test -count=1 $(PKGS)
+
+race:
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(STATICCHECK) $(PKGS)
+
+$(STATICCHECK):
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+build-386:
+	GOARCH=386 $(GO) build $(PKGS)
+
+# Every fuzz target for FUZZTIME (default 10s; `make fuzz FUZZTIME=10m` for a long run).
+fuzz-short: FUZZTIME=5s
+fuzz-short: fuzz
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+# Micro-benchmarks with allocations.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+clean:
+	rm -rf $(BIN)

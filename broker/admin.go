@@ -1,0 +1,344 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/wire"
+)
+
+// AdminPasswordFile is where a generated admin password is written, inside the data dir.
+const AdminPasswordFile = "admin-password"
+
+// ensureAdmin makes sure the admin user exists with the configured password, generating and
+// storing one on first start when none was given.
+func (s *Server) ensureAdmin() error {
+	st := s.meta.State()
+	existing, ok := st.Users[s.cfg.AdminUser]
+	password := s.cfg.AdminPassword
+	if ok && existing.Admin {
+		if password == "" {
+			return nil
+		}
+		if good, err := auth.Verify(existing.Hash, password); err == nil && good {
+			return nil
+		}
+		s.log.Info().Str("user", s.cfg.AdminUser).Msg("admin password changed by configuration; storing the new hash")
+	} else if ok {
+		return fmt.Errorf("admin user %q is already a topic user; choose another admin user name", s.cfg.AdminUser)
+	}
+	if password == "" {
+		gen, err := auth.GeneratePassword()
+		if err != nil {
+			return err
+		}
+		password = gen
+		path := filepath.Join(s.cfg.DataDir, AdminPasswordFile)
+		if err := writeSecretFile(path, []byte(password+"\n")); err != nil {
+			return fmt.Errorf("store generated admin password: %w", err)
+		}
+		s.log.Warn().Str("user", s.cfg.AdminUser).Str("password_file", path).
+			Msg("no admin password configured: generated one and stored it (mode 0600); set LIGHTQ_ADMIN_PASSWORD to choose your own")
+	}
+	hash, err := auth.Hash(password, s.cfg.HashParams)
+	if err != nil {
+		return err
+	}
+	return s.meta.Update(func(st *meta.State) error {
+		st.Users[s.cfg.AdminUser] = meta.User{Name: s.cfg.AdminUser, Hash: hash, Admin: true}
+		return nil
+	})
+}
+
+// writeSecretFile writes a file readable only by its owner, durably.
+func writeSecretFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (c *conn) handleAuth(corr uint32, body []byte) {
+	if !c.helloDone {
+		c.sendError(corr, wire.CodeHandshakeRequired, "send HELLO before AUTH")
+		return
+	}
+	var m wire.Auth
+	if !c.decodeOr(corr, wire.OpAuth, m.Decode(body)) {
+		return
+	}
+	s := c.srv
+	if s.throttle.Blocked(c.remote, time.Now()) {
+		c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
+		return
+	}
+	user, known := (*s.users.Load())[m.User]
+	hash := user.Hash
+	if !known {
+		hash = s.dummyHash // an unknown user costs as much as a wrong password
+	}
+	c.runBackground(corr, func() (func(*conn), time.Duration) {
+		ok := s.verifier.Check(m.User, hash, m.Password) && known
+		var delay time.Duration
+		if !ok {
+			delay = s.throttle.Failure(c.remote, time.Now())
+		} else {
+			s.throttle.Success(c.remote)
+		}
+		return func(c *conn) {
+			if !ok {
+				c.log.Info().Str("user", m.User).Dur("delay", delay).Msg("failed login")
+				if s.throttle.Blocked(c.remote, time.Now()) {
+					c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
+					return
+				}
+				c.sendError(corr, wire.CodeAuthFailed, "wrong user or password")
+				return
+			}
+			c.principal = &principal{user: m.User, admin: user.Admin}
+			s.connsMu.Lock()
+			delete(s.preauth, c)
+			s.connsMu.Unlock()
+			role := wire.RoleUser
+			if user.Admin {
+				role = wire.RoleAdmin
+			}
+			c.log = c.log.With().Str("user", m.User).Logger()
+			c.log.Debug().Msg("authenticated")
+			resp := wire.AuthResponse{Role: role}
+			c.respond(wire.OpAuth, corr, resp.AppendTo)
+		}, delay
+	})
+}
+
+// errAnswer is a failure with the code the client gets.
+type errAnswer struct {
+	code wire.Code
+	msg  string
+}
+
+func (e *errAnswer) Error() string { return e.msg }
+
+func answer(code wire.Code, format string, args ...any) error {
+	return &errAnswer{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// reply sends err as an ERROR (its code if it is an errAnswer) or runs ok.
+func (c *conn) reply(corr uint32, err error, ok func()) {
+	var ea *errAnswer
+	switch {
+	case err == nil:
+		ok()
+	case errors.As(err, &ea):
+		c.sendError(corr, ea.code, ea.msg)
+	default:
+		c.log.Error().Err(err).Msg("request failed")
+		c.sendError(corr, wire.CodeStorageError, err.Error())
+	}
+}
+
+func (c *conn) handleCreateTopic(corr uint32, body []byte) {
+	var m wire.CreateTopic
+	if !c.decodeOr(corr, wire.OpCreateTopic, m.Decode(body)) {
+		return
+	}
+	if !c.principal.admin {
+		c.sendError(corr, wire.CodeNotAuthorized, "CREATE_TOPIC needs admin credentials")
+		return
+	}
+	s := c.srv
+	c.runBackground(corr, func() (func(*conn), time.Duration) {
+		err := s.createTopic(&m)
+		return func(c *conn) {
+			c.reply(corr, err, func() {
+				c.log.Info().Str("topic", m.Name).Str("kind", m.Kind.String()).Uint32("partitions", m.Partitions).Msg("topic created")
+				c.respondEmpty(wire.OpCreateTopic, corr)
+			})
+		}, 0
+	})
+}
+
+// createTopic validates, hashes, persists and publishes a new topic. Runs on a worker.
+func (s *Server) createTopic(m *wire.CreateTopic) error {
+	if err := wire.ValidTopicName(m.Name); err != nil {
+		return answer(wire.CodeInvalidRequest, "%v", err)
+	}
+	switch {
+	case m.Kind == wire.KindDurable:
+		return answer(wire.CodeNotSupported, "durable topics are not available in this build yet")
+	case m.Kind != wire.KindTransient:
+		return answer(wire.CodeInvalidRequest, "unknown topic kind %d", m.Kind)
+	case m.Partitions < 1 || m.Partitions > wire.MaxPartitions:
+		return answer(wire.CodeInvalidRequest, "partitions must be 1-%d, got %d", wire.MaxPartitions, m.Partitions)
+	case m.User == "" || m.Password == "":
+		return answer(wire.CodeInvalidRequest, "a topic needs a user and a password")
+	case m.User == s.cfg.AdminUser:
+		return answer(wire.CodeInvalidRequest, "the admin user cannot be a topic user")
+	}
+	mt := meta.Topic{Name: m.Name, Kind: m.Kind, Partitions: int(m.Partitions), User: m.User, Options: m.Options, CreatedAt: time.Now().UTC()}
+	if _, err := s.buildTopic(mt); err != nil {
+		return err
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	if _, exists := (*s.topics.Load())[m.Name]; exists {
+		return answer(wire.CodeTopicExists, "topic %q exists", m.Name)
+	}
+	user, userExists := (*s.users.Load())[m.User]
+	if userExists {
+		if !s.verifier.Check(m.User, user.Hash, m.Password) {
+			return answer(wire.CodeAuthFailed, "user %q exists with another password", m.User)
+		}
+	} else {
+		hash, err := auth.Hash(m.Password, s.cfg.HashParams)
+		if err != nil {
+			return err
+		}
+		user = meta.User{Name: m.User, Hash: hash}
+	}
+	if err := s.meta.Update(func(st *meta.State) error {
+		if len(st.Topics) >= maxTopics {
+			return answer(wire.CodeResourceLimit, "broker holds %d topics, the limit", maxTopics)
+		}
+		st.Users[m.User] = user
+		st.Topics[m.Name] = mt
+		return nil
+	}); err != nil {
+		return err
+	}
+	t, err := s.buildTopic(mt)
+	if err != nil {
+		return err
+	}
+	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
+		topics[m.Name] = t
+		users[m.User] = user
+	})
+	return nil
+}
+
+// maxTopics bounds the number of topics (each transient partition preallocates its ring).
+const maxTopics = 10000
+
+// publish swaps in new copies of the topic and user tables. Caller holds adminMu.
+func (s *Server) publish(change func(map[string]*topic, map[string]meta.User)) {
+	topics := make(map[string]*topic, len(*s.topics.Load())+1)
+	for k, v := range *s.topics.Load() {
+		topics[k] = v
+	}
+	users := make(map[string]meta.User, len(*s.users.Load())+1)
+	for k, v := range *s.users.Load() {
+		users[k] = v
+	}
+	change(topics, users)
+	s.topics.Store(&topics)
+	s.users.Store(&users)
+}
+
+// buildTopic makes a live topic from its metadata, applying its options.
+func (s *Server) buildTopic(mt meta.Topic) (*topic, error) {
+	ringBytes, ringSlots := s.cfg.RingBytes, s.cfg.RingSlots
+	for _, o := range mt.Options {
+		v, err := strconv.ParseInt(o.Value, 10, 64)
+		switch o.Key {
+		case "ring.bytes":
+			if err != nil || v < int64(2*s.cfg.Limits.MaxBatch) || v > 1<<30 {
+				return nil, answer(wire.CodeInvalidRequest, "ring.bytes must be an integer in [%d, %d]", 2*s.cfg.Limits.MaxBatch, 1<<30)
+			}
+			ringBytes = int(v)
+		case "ring.slots":
+			if err != nil || v < 2 || v > 1<<20 {
+				return nil, answer(wire.CodeInvalidRequest, "ring.slots must be an integer in [2, %d]", 1<<20)
+			}
+			ringSlots = int(v)
+		default:
+			return nil, answer(wire.CodeInvalidRequest, "unknown topic option %q (transient topics know ring.bytes and ring.slots)", o.Key)
+		}
+	}
+	return newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, ringBytes, ringSlots), nil
+}
+
+func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
+	var m wire.TopicName
+	if !c.decodeOr(corr, wire.OpDeleteTopic, m.Decode(body)) {
+		return
+	}
+	if !c.principal.admin {
+		c.sendError(corr, wire.CodeNotAuthorized, "DELETE_TOPIC needs admin credentials")
+		return
+	}
+	s := c.srv
+	c.runBackground(corr, func() (func(*conn), time.Duration) {
+		err := s.deleteTopic(m.Name)
+		return func(c *conn) {
+			c.reply(corr, err, func() {
+				c.log.Info().Str("topic", m.Name).Msg("topic deleted")
+				c.respondEmpty(wire.OpDeleteTopic, corr)
+			})
+		}, 0
+	})
+}
+
+// deleteTopic removes a topic, and its user when no other topic has it. Runs on a worker.
+func (s *Server) deleteTopic(name string) error {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	t := (*s.topics.Load())[name]
+	if t == nil {
+		return answer(wire.CodeUnknownTopic, "no topic %q", name)
+	}
+	dropUser := true
+	for _, other := range *s.topics.Load() {
+		if other != t && other.user == t.user {
+			dropUser = false
+		}
+	}
+	if err := s.meta.Update(func(st *meta.State) error {
+		delete(st.Topics, name)
+		if dropUser {
+			delete(st.Users, t.user)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	t.deleted.Store(true)
+	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
+		delete(topics, name)
+		if dropUser {
+			delete(users, t.user)
+		}
+	})
+	if dropUser {
+		s.verifier.Forget(t.user)
+	}
+	for _, p := range t.parts {
+		p.wakeAll() // subscribers learn the topic is gone
+	}
+	return nil
+}
+
+func sortedTopics(m map[string]*topic) []*topic {
+	out := make([]*topic, 0, len(m))
+	for _, t := range m {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}

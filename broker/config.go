@@ -1,0 +1,92 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/wire"
+)
+
+// DefaultAddr is the broker's default listen address: loopback only, port 7450.
+const DefaultAddr = "127.0.0.1:7450"
+
+// Config configures a Server. Start from DefaultConfig and change what you need.
+type Config struct {
+	Addr    string // host:port to listen on; port 0 picks a free port (see Server.Addr)
+	DataDir string // metadata, credentials and (later) durable logs live here
+
+	// AdminUser and AdminPassword set the admin credentials. When the password is empty and
+	// the data directory holds no admin yet, the broker generates one and writes it to
+	// DataDir/admin-password (mode 0600).
+	AdminUser     string
+	AdminPassword string
+
+	Limits     wire.Limits
+	HashParams auth.Params // argon2id parameters for new credential hashes
+
+	EventLoops    int // gnet event loops; 0 = one per CPU
+	ReadBufferCap int // bytes one OnTraffic sees at most; at least a typical produce batch
+
+	// HighWaterMark bounds the bytes queued in user space for one connection. Past it the
+	// broker stops delivering to that connection until the socket drains; the subscriber then
+	// loses the oldest messages if the ring moves on (it is told how many).
+	HighWaterMark int
+
+	RingBytes int // default arena size of a transient partition
+	RingSlots int // default batch capacity of a transient partition
+
+	MaxSubscriptionsPerConn int
+	AuthWorkers             int // concurrent argon2 computations (each uses HashParams memory)
+	AuthQueue               int // pending credential checks before RESOURCE_LIMIT
+	ShutdownDrain           time.Duration
+
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns a configuration that listens on DefaultAddr with ./data.
+func DefaultConfig() Config {
+	return Config{
+		Addr:                    DefaultAddr,
+		DataDir:                 "data",
+		AdminUser:               "admin",
+		Limits:                  wire.DefaultLimits(),
+		HashParams:              auth.DefaultParams(),
+		ReadBufferCap:           256 << 10,
+		HighWaterMark:           4 << 20,
+		RingBytes:               8 << 20,
+		RingSlots:               1024,
+		MaxSubscriptionsPerConn: 1024,
+		AuthWorkers:             2,
+		AuthQueue:               256,
+		ShutdownDrain:           2 * time.Second,
+		Logger:                  zerolog.Nop(),
+	}
+}
+
+func (c *Config) validate() error {
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	switch {
+	case c.DataDir == "":
+		return fmt.Errorf("data dir must be set")
+	case c.AdminUser == "":
+		return fmt.Errorf("admin user must be set")
+	case c.HighWaterMark < 64<<10:
+		return fmt.Errorf("high-water mark %d below 64 KiB", c.HighWaterMark)
+	case c.RingBytes < 2*c.Limits.MaxBatch:
+		return fmt.Errorf("ring bytes %d must hold two max batches (%d)", c.RingBytes, 2*c.Limits.MaxBatch)
+	case c.RingSlots < 2:
+		return fmt.Errorf("ring slots must be at least 2")
+	case c.ReadBufferCap < 4096:
+		return fmt.Errorf("read buffer cap below 4 KiB")
+	case c.AuthWorkers < 1 || c.AuthQueue < 1:
+		return fmt.Errorf("auth workers and queue must be at least 1")
+	case c.MaxSubscriptionsPerConn < 1:
+		return fmt.Errorf("max subscriptions per connection must be at least 1")
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package broker
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// principal is who a connection authenticated as.
+type principal struct {
+	user  string
+	admin bool
+}
+
+// mayUse reports whether p may produce to, consume from and describe t.
+func (p *principal) mayUse(t *topic) bool {
+	return p != nil && (p.admin || p.user == t.user)
+}
+
+// conn is the protocol state of one client connection. Every field without a comment saying
+// otherwise belongs to the connection's event loop and is touched only there.
+type conn struct {
+	srv    *Server
+	gc     gnet.Conn
+	log    zerolog.Logger
+	remote string // IP without port, for login throttling
+
+	helloDone    bool
+	principal    *principal
+	authDeadline time.Time
+	paused       bool // a request that holds the connection (AUTH, CREATE_TOPIC, ...) is running
+	closed       bool // OnClose ran: stop touching gc
+	fatal        bool // an error that closes the connection was queued
+
+	out []byte // responses queued during this OnTraffic, written once at its end
+
+	subs      []*subscription
+	nextSubID uint32
+	published []*topic // topics this connection has produced to (publisher counts)
+	iov       [][]byte
+	dhdr      [wire.HeaderSize + wire.DeliverHeaderSize]byte
+
+	wakePending atomic.Bool // a Wake is queued; set by any goroutine
+	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
+	drained     atomic.Bool // nothing left to send during shutdown
+
+	mu          sync.Mutex // guards completions
+	completions []func(*conn)
+}
+
+func newConn(s *Server, gc gnet.Conn) *conn {
+	remote := ""
+	if a, ok := gc.RemoteAddr().(*net.TCPAddr); ok {
+		remote = a.IP.String()
+	}
+	return &conn{
+		srv:          s,
+		gc:           gc,
+		remote:       remote,
+		log:          s.log.With().Str("remote", gc.RemoteAddr().String()).Logger(),
+		authDeadline: time.Now().Add(s.cfg.Limits.AuthTimeout),
+		iov:          make([][]byte, 0, 2),
+	}
+}
+
+// wake asks the connection's loop to run onTraffic soon. Safe from any goroutine; coalesces.
+func (c *conn) wake() {
+	if c.wakePending.CompareAndSwap(false, true) {
+		if err := c.gc.Wake(nil); err != nil {
+			c.wakePending.Store(false)
+		}
+	}
+}
+
+// complete queues fn to run on the connection's loop and wakes it. Safe from any goroutine;
+// background jobs report their results through it.
+func (c *conn) complete(fn func(*conn)) {
+	c.mu.Lock()
+	c.completions = append(c.completions, fn)
+	c.mu.Unlock()
+	c.wakePending.Store(false) // force a wake: completions must not wait for a coalesced one
+	c.wake()
+}
+
+func (c *conn) authDeadlinePassed(now time.Time) bool {
+	return c.principal == nil && now.After(c.authDeadline)
+}
+
+// onTraffic is the connection's whole turn on its loop: finished background work, input
+// frames, then deliveries, with responses written in one go.
+func (c *conn) onTraffic() gnet.Action {
+	c.wakePending.Store(false)
+	c.runCompletions()
+	if c.principal == nil && !c.fatal && time.Now().After(c.authDeadline) {
+		c.sendError(0, wire.CodeAuthTimeout, "no successful AUTH within "+c.srv.cfg.Limits.AuthTimeout.String())
+	}
+	if !c.fatal {
+		c.readFrames()
+	}
+	if !c.flush() || c.fatal {
+		return gnet.Close
+	}
+	if !c.fatal && c.principal != nil {
+		c.deliver()
+	}
+	if c.closed {
+		return gnet.None
+	}
+	if c.srv.stopping.Load() {
+		c.drained.Store(c.gc.OutboundBuffered() == 0 && !c.hasDeliverable())
+	}
+	return gnet.None
+}
+
+func (c *conn) runCompletions() {
+	c.mu.Lock()
+	fns := c.completions
+	c.completions = nil
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn(c)
+	}
+}
+
+// readFrames handles every whole frame in the inbound buffer, unless a request that holds the
+// connection is running.
+func (c *conn) readFrames() {
+	limits := &c.srv.cfg.Limits
+	for !c.paused && !c.fatal {
+		buffered := c.gc.InboundBuffered()
+		if buffered == 0 {
+			return
+		}
+		maxFrame := limits.MaxFrame
+		if c.principal == nil {
+			maxFrame = limits.PreAuthMaxFrame
+		}
+		head, _ := c.gc.Peek(min(buffered, wire.HeaderSize))
+		size, err := wire.FrameSize(head, maxFrame)
+		if err != nil {
+			c.badStream(head, err)
+			return
+		}
+		if size == 0 || buffered < size {
+			return
+		}
+		frame, err := c.gc.Peek(size)
+		if err != nil {
+			c.sendError(0, wire.CodeInternal, "peek: "+err.Error())
+			return
+		}
+		h, body, err := wire.ParseFrame(frame)
+		if err != nil {
+			c.badStream(frame, err)
+			return
+		}
+		c.handle(h, body)
+		_, _ = c.gc.Discard(size)
+	}
+	// A paused connection keeps its input; bound what a client may send meanwhile.
+	if c.paused && c.gc.InboundBuffered() > 4*limits.MaxFrame {
+		c.sendError(0, wire.CodeResourceLimit, "too much input while a request holding the connection is running")
+	}
+}
+
+// badStream answers input that cannot be framed, logs what it looked like, and closes.
+func (c *conn) badStream(head []byte, err error) {
+	code := wire.CodeOf(err)
+	ev := c.log.Warn().Err(err).Str("code", code.String())
+	if code == wire.CodeNotProtocol {
+		ev = ev.Str("peer", wire.DescribePeer(head))
+	}
+	ev.Msg("closing connection: unreadable input")
+	c.sendError(0, code, err.Error())
+}
+
+// respond queues a response frame whose body is appended by body.
+func (c *conn) respond(op wire.Op, corr uint32, body func([]byte) []byte) {
+	start := len(c.out)
+	c.out = wire.AppendHeader(c.out, op, wire.FlagResponse, corr)
+	if body != nil {
+		c.out = body(c.out)
+	}
+	c.out = wire.FinishFrame(c.out, start)
+}
+
+// respondEmpty queues a response with an empty body.
+func (c *conn) respondEmpty(op wire.Op, corr uint32) {
+	c.out = wire.AppendFrame(c.out, op, wire.FlagResponse, corr, nil)
+}
+
+// sendError queues an ERROR frame; a fatal code also closes the connection after the flush.
+func (c *conn) sendError(corr uint32, code wire.Code, msg string) {
+	c.out = wire.AppendFrame(c.out, wire.OpError, 0, corr, errorBody(code, msg))
+	if code.Fatal() {
+		c.fatal = true
+	}
+}
+
+func errorBody(code wire.Code, msg string) []byte {
+	eb := wire.ErrorBody{Code: code, Message: msg}
+	return eb.AppendTo(nil)
+}
+
+// flush writes the queued responses. It returns false when the connection closed under us.
+func (c *conn) flush() bool {
+	if c.closed {
+		return false
+	}
+	if len(c.out) > 0 {
+		_, _ = c.gc.Write(c.out)
+		if cap(c.out) > 1<<20 {
+			c.out = nil // do not keep a large buffer for an idle connection
+		} else {
+			c.out = c.out[:0]
+		}
+	}
+	return !c.closed
+}
+
+// hold pauses frame processing while a background job runs; release resumes it.
+func (c *conn) hold() { c.paused = true }
+
+func (c *conn) release() { c.paused = false }
+
+// runBackground runs job on the worker pool, then, after the delay it returns, the function it
+// returns on the connection's loop. The connection reads no further frames meanwhile, so
+// requests keep their order. The delay (a failed login's penalty) holds no worker.
+func (c *conn) runBackground(corr uint32, job func() (func(*conn), time.Duration)) {
+	c.hold()
+	ok := c.srv.pool.Submit(func() {
+		done, delay := job()
+		finish := func() {
+			c.complete(func(c *conn) {
+				c.release()
+				done(c)
+			})
+		}
+		if delay > 0 {
+			time.AfterFunc(delay, finish)
+		} else {
+			finish()
+		}
+	})
+	if !ok {
+		c.release()
+		c.sendError(corr, wire.CodeResourceLimit, "broker is busy checking credentials; retry")
+	}
+}
+
+func (c *conn) setStalled(v bool) {
+	if c.stalled.Load() == v {
+		return
+	}
+	c.stalled.Store(v)
+	c.srv.connsMu.Lock()
+	if v {
+		c.srv.stalled[c] = struct{}{}
+	} else {
+		delete(c.srv.stalled, c)
+	}
+	c.srv.connsMu.Unlock()
+}
+
+// onClose drops the connection's subscriptions and publisher registrations.
+func (c *conn) onClose() {
+	c.closed = true
+	for _, s := range c.subs {
+		s.close()
+	}
+	c.subs = nil
+	for _, t := range c.published {
+		t.stats.publishers.Add(-1)
+	}
+	c.published = nil
+}

@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// handle dispatches one frame. Runs on the connection's loop; body is valid only until the
+// frame is discarded, so handlers copy what they keep.
+func (c *conn) handle(h wire.Header, body []byte) {
+	if h.Flags&wire.FlagResponse != 0 {
+		c.sendError(h.Corr, wire.CodeMalformedFrame, "clients must not send responses")
+		return
+	}
+	switch h.Op {
+	case wire.OpHello:
+		c.handleHello(h.Corr, body)
+		return
+	case wire.OpPing:
+		c.respondEmpty(wire.OpPing, h.Corr)
+		return
+	case wire.OpAuth:
+		c.handleAuth(h.Corr, body)
+		return
+	}
+	if !h.Op.Known() || h.Op == wire.OpError || h.Op == wire.OpDeliver {
+		c.sendError(h.Corr, wire.CodeUnknownOpcode, fmt.Sprintf("opcode 0x%02x is not a request", uint8(h.Op)))
+		return
+	}
+	if !c.helloDone {
+		c.sendError(h.Corr, wire.CodeHandshakeRequired, "send HELLO first")
+		return
+	}
+	if c.principal == nil {
+		c.sendError(h.Corr, wire.CodeNotAuthenticated, h.Op.String()+" needs a successful AUTH")
+		return
+	}
+	switch h.Op {
+	case wire.OpProduce:
+		c.handleProduce(h.Corr, body)
+	case wire.OpSubscribe:
+		c.handleSubscribe(h.Corr, body)
+	case wire.OpCredit:
+		c.handleCredit(h.Corr, body)
+	case wire.OpUnsubscribe:
+		c.handleUnsubscribe(h.Corr, body)
+	case wire.OpCreateTopic:
+		c.handleCreateTopic(h.Corr, body)
+	case wire.OpDeleteTopic:
+		c.handleDeleteTopic(h.Corr, body)
+	case wire.OpMetadata:
+		c.handleMetadata(h.Corr, body)
+	case wire.OpStats:
+		c.handleStats(h.Corr, body)
+	case wire.OpFetch, wire.OpListOffsets, wire.OpCommitOffset, wire.OpFetchCommitted:
+		c.handleDurableOnly(h.Op, h.Corr, body)
+	default:
+		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
+	}
+}
+
+// decodeOr decodes a body and answers INVALID_REQUEST when it does not parse. The frame was
+// well delimited, so the connection stays usable.
+func (c *conn) decodeOr(corr uint32, op wire.Op, err error) bool {
+	if err != nil {
+		c.sendError(corr, wire.CodeInvalidRequest, op.String()+": "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (c *conn) handleHello(corr uint32, body []byte) {
+	var m wire.Hello
+	if !c.decodeOr(corr, wire.OpHello, m.Decode(body)) {
+		return
+	}
+	c.helloDone = true
+	c.log = c.log.With().Str("client", m.ClientName).Logger()
+	resp := wire.HelloResponse{ProtocolVersion: wire.Version, BrokerVersion: Version, Limits: c.srv.cfg.Limits}
+	c.respond(wire.OpHello, corr, resp.AppendTo)
+}
+
+// lookupTopic finds a topic the connection may use, answering the error otherwise. Unknown
+// topics and topics the caller may not see get the same answer, so names do not leak.
+func (c *conn) lookupTopic(corr uint32, name []byte) *topic {
+	t := (*c.srv.topics.Load())[string(name)]
+	if t == nil || t.deleted.Load() {
+		c.sendError(corr, wire.CodeUnknownTopic, fmt.Sprintf("no topic %q", name))
+		return nil
+	}
+	if !c.principal.mayUse(t) {
+		c.sendError(corr, wire.CodeNotAuthorized, fmt.Sprintf("user %q may not use topic %q", c.principal.user, name))
+		return nil
+	}
+	return t
+}
+
+func (c *conn) handleMetadata(corr uint32, body []byte) {
+	var m wire.MetadataRequest
+	if !c.decodeOr(corr, wire.OpMetadata, m.Decode(body)) {
+		return
+	}
+	var resp wire.MetadataResponse
+	topics := *c.srv.topics.Load()
+	if len(m.Topics) == 0 {
+		for _, t := range sortedTopics(topics) {
+			if c.principal.mayUse(t) {
+				resp.Topics = append(resp.Topics, t.metadata())
+			}
+		}
+	} else {
+		for _, name := range m.Topics {
+			t := c.lookupTopic(corr, []byte(name))
+			if t == nil {
+				return
+			}
+			resp.Topics = append(resp.Topics, t.metadata())
+		}
+	}
+	c.respond(wire.OpMetadata, corr, resp.AppendTo)
+}
+
+func (c *conn) handleStats(corr uint32, body []byte) {
+	var m wire.TopicName
+	if !c.decodeOr(corr, wire.OpStats, m.Decode(body)) {
+		return
+	}
+	var resp wire.StatsResponse
+	if m.Name == "" {
+		for _, t := range sortedTopics(*c.srv.topics.Load()) {
+			if c.principal.mayUse(t) {
+				resp.Topics = append(resp.Topics, wire.TopicStats{Name: t.name, Counters: t.counters()})
+			}
+		}
+	} else {
+		t := c.lookupTopic(corr, []byte(m.Name))
+		if t == nil {
+			return
+		}
+		resp.Topics = append(resp.Topics, wire.TopicStats{Name: t.name, Counters: t.counters()})
+	}
+	c.respond(wire.OpStats, corr, resp.AppendTo)
+}
+
+// handleDurableOnly answers the durable-topic operations, which need a durable topic.
+func (c *conn) handleDurableOnly(op wire.Op, corr uint32, body []byte) {
+	var topicName string
+	var err error
+	switch op {
+	case wire.OpFetch:
+		var m wire.Fetch
+		err, topicName = m.Decode(body), m.Topic
+	case wire.OpListOffsets:
+		var m wire.ListOffsets
+		err, topicName = m.Decode(body), m.Topic
+	case wire.OpCommitOffset:
+		var m wire.CommitOffset
+		err, topicName = m.Decode(body), m.Topic
+	case wire.OpFetchCommitted:
+		var m wire.FetchCommitted
+		err, topicName = m.Decode(body), m.Topic
+	}
+	if !c.decodeOr(corr, op, err) {
+		return
+	}
+	if t := c.lookupTopic(corr, []byte(topicName)); t != nil {
+		c.sendError(corr, wire.CodeNotSupported, fmt.Sprintf("%s needs a durable topic; %q is %s", op, t.name, t.kind))
+	}
+}

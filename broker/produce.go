@@ -1,0 +1,73 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/lightq/lightq/broker/ring"
+	"github.com/lightq/lightq/wire"
+)
+
+// handleProduce stores one batch in a transient partition and wakes its subscribers. It runs
+// on the producer's loop and allocates nothing: the batch is checked in place in gnet's read
+// buffer and copied once, into the ring.
+func (c *conn) handleProduce(corr uint32, body []byte) {
+	var m wire.Produce
+	if !c.decodeOr(corr, wire.OpProduce, m.Decode(body)) {
+		return
+	}
+	t := c.lookupTopic(corr, m.Topic)
+	if t == nil {
+		return
+	}
+	bt, err := wire.ParseBatch(m.Batch, c.srv.cfg.Limits.MaxBatch)
+	if err != nil {
+		t.stats.rejected.Add(1)
+		c.sendError(corr, wire.CodeOf(err), err.Error())
+		return
+	}
+	if t.kind != wire.KindTransient {
+		c.sendError(corr, wire.CodeNotSupported, "durable topics are not available in this build yet")
+		return
+	}
+	var p *partition
+	switch {
+	case m.Partition == wire.PartitionAny:
+		p = t.parts[int(t.rr.Add(1)-1)%len(t.parts)]
+	case m.Partition < 0 || int(m.Partition) >= len(t.parts):
+		c.sendError(corr, wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0-%d, not %d", t.name, len(t.parts)-1, m.Partition))
+		return
+	default:
+		p = t.parts[m.Partition]
+	}
+	first, err := p.ring.Append(m.Batch, bt.RecordCount)
+	if err != nil {
+		t.stats.rejected.Add(1)
+		if errors.Is(err, ring.ErrTooLarge) {
+			c.sendError(corr, wire.CodeMessageTooLarge, err.Error())
+		} else {
+			c.sendError(corr, wire.CodeInternal, err.Error())
+		}
+		return
+	}
+	t.stats.msgsIn.Add(uint64(bt.RecordCount))
+	t.stats.bytesIn.Add(uint64(len(m.Batch)))
+	t.stats.batchesIn.Add(1)
+	c.notePublisher(t)
+	p.wakeAll()
+	if m.Acks != wire.AcksNone {
+		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: int64(first)}
+		c.respond(wire.OpProduce, corr, resp.AppendTo)
+	}
+}
+
+// notePublisher counts the connection as a publisher of t the first time it produces there.
+func (c *conn) notePublisher(t *topic) {
+	for _, p := range c.published {
+		if p == t {
+			return
+		}
+	}
+	c.published = append(c.published, t)
+	t.stats.publishers.Add(1)
+}

@@ -1,0 +1,175 @@
+// Package ring is the in-memory store of a transient topic partition: a preallocated byte
+// arena written circularly, plus a fixed index of the batches it holds. A produced batch is
+// copied into the arena once; every subscriber then writes it to its socket straight from
+// there, so fan-out costs no copy in our code and no allocation.
+//
+// When the arena or the index is full, the oldest batches are evicted. A subscriber that has
+// not read them by then has lost them; it learns how many messages it lost from the message
+// sequence numbers (see View.FirstMsg).
+//
+// Concurrency: Append may be called from any goroutine (writers are serialised by Ring.mu).
+// Acquire/Release may be called from any goroutine concurrently with Append. A View holds a
+// read lock on its slot until Release, which keeps writers from reusing that part of the
+// arena: hold it only for the duration of a non-blocking write. Lock order: Ring.mu, then a
+// slot's mu; readers take only slot locks.
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// ErrTooLarge is returned by Append for a batch larger than half the arena.
+var ErrTooLarge = errors.New("batch larger than half the partition ring")
+
+type slot struct {
+	mu       sync.RWMutex
+	valid    bool
+	seq      uint64 // batch sequence number held
+	off, n   int    // location in the arena
+	firstMsg uint64 // message sequence number of the batch's first record
+	count    uint32
+}
+
+// Ring holds the recent batches of one partition.
+type Ring struct {
+	mu       sync.Mutex // serialises Append and End
+	arena    []byte
+	slots    []slot
+	mask     uint64
+	writePos int           // under mu: arena offset after the newest batch
+	nextMsg  atomic.Uint64 // message sequence number the next record gets
+	head     atomic.Uint64 // batch sequence number the next Append gets
+	tail     atomic.Uint64 // oldest batch sequence number still held
+	tailMsg  atomic.Uint64 // message sequence number of the oldest message still held
+}
+
+// New returns a ring with an arena of arenaBytes and room for slots batches (rounded up to a
+// power of two). Both are allocated here, once.
+func New(arenaBytes, slots int) *Ring {
+	n := 1
+	for n < slots {
+		n <<= 1
+	}
+	return &Ring{arena: make([]byte, arenaBytes), slots: make([]slot, n), mask: uint64(n - 1)}
+}
+
+// MaxBatch is the largest batch Append accepts.
+func (r *Ring) MaxBatch() int { return len(r.arena) / 2 }
+
+// Append copies batch (a whole, validated record batch of count records) into the ring,
+// rewrites its base offset to the sequence number of its first message, and returns that
+// number. It evicts the oldest batches as needed; it never blocks on readers except for the
+// duration of a write a reader of an evicted batch is doing right now.
+func (r *Ring) Append(batch []byte, count uint32) (uint64, error) {
+	n := len(batch)
+	if n > r.MaxBatch() {
+		return 0, fmt.Errorf("%w: %d bytes, ring holds %d", ErrTooLarge, n, len(r.arena))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	head := r.head.Load()
+	pos := r.writePos
+	if pos+n > len(r.arena) {
+		pos = 0
+	}
+	for tail := r.tail.Load(); tail < head; tail++ {
+		if head-tail < uint64(len(r.slots)) && !r.overlapsLive(tail, pos, n) {
+			break
+		}
+		s := &r.slots[tail&r.mask]
+		s.mu.Lock() // waits for a reader of this batch to finish its write
+		s.valid = false
+		next := s.firstMsg + uint64(s.count)
+		s.mu.Unlock()
+		r.tailMsg.Store(next)
+		r.tail.Store(tail + 1)
+	}
+	first := r.nextMsg.Load()
+	copy(r.arena[pos:pos+n], batch)
+	wire.SetBaseOffset(r.arena[pos:], int64(first))
+	s := &r.slots[head&r.mask]
+	s.mu.Lock()
+	s.valid, s.seq, s.off, s.n, s.firstMsg, s.count = true, head, pos, n, first, count
+	s.mu.Unlock()
+	r.writePos = pos + n
+	if head == r.tail.Load() {
+		r.tailMsg.Store(first)
+	}
+	r.nextMsg.Store(first + uint64(count))
+	r.head.Store(head + 1)
+	return first, nil
+}
+
+// overlapsLive reports whether [pos, pos+n) intersects the live data, which runs circularly
+// from the start of batch tail to writePos. Caller holds mu.
+func (r *Ring) overlapsLive(tail uint64, pos, n int) bool {
+	toff := r.slots[tail&r.mask].off
+	end := pos + n
+	if toff < r.writePos {
+		return pos < r.writePos && end > toff
+	}
+	// Live data wraps: [toff, len) and [0, writePos).
+	return end > toff || pos < r.writePos
+}
+
+// End returns the sequence numbers a new reader starts at: the next batch and the next
+// message. Safe for concurrent use.
+func (r *Ring) End() (seq, msg uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.head.Load(), r.nextMsg.Load()
+}
+
+// Head is the sequence number the next batch will get.
+func (r *Ring) Head() uint64 { return r.head.Load() }
+
+// Messages returns the sequence number of the oldest message held and of the next message to
+// be appended; their difference is the number of messages held.
+func (r *Ring) Messages() (oldest, next uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.head.Load() == r.tail.Load() {
+		return r.nextMsg.Load(), r.nextMsg.Load()
+	}
+	return r.tailMsg.Load(), r.nextMsg.Load()
+}
+
+// View is a batch being read. Data aliases the arena and is valid until Release.
+type View struct {
+	Data     []byte
+	Seq      uint64
+	FirstMsg uint64
+	Count    uint32
+	s        *slot
+}
+
+// Acquire returns the batch with sequence number seq or, if it has been evicted, the oldest
+// batch still held (its Seq says which). ok is false when no batch at or after seq exists yet.
+// A successful Acquire must be followed by Release.
+func (r *Ring) Acquire(seq uint64) (v View, ok bool) {
+	for {
+		if seq >= r.head.Load() {
+			return View{}, false
+		}
+		if t := r.tail.Load(); seq < t {
+			seq = t
+			continue
+		}
+		s := &r.slots[seq&r.mask]
+		s.mu.RLock()
+		if s.valid && s.seq == seq {
+			return View{Data: r.arena[s.off : s.off+s.n : s.off+s.n], Seq: seq, FirstMsg: s.firstMsg, Count: s.count, s: s}, true
+		}
+		s.mu.RUnlock()
+		// Evicted between the tail check and the lock: the tail has moved past it.
+		seq++
+	}
+}
+
+// Release ends a successful Acquire.
+func (r *Ring) Release(v View) { v.s.mu.RUnlock() }

@@ -1,0 +1,317 @@
+// Package broker is the LightQ broker: it accepts connections on gnet event loops, speaks the
+// protocol of package wire, keeps transient topics in per-partition rings (package ring) and
+// persists topics and credentials through package meta.
+//
+// Threading model (see docs/DESIGN.md): every connection lives on one gnet event loop, and all
+// of its protocol state is touched only there. Work that can block (argon2 credential checks,
+// metadata fsyncs) runs on a bounded worker pool; its result comes back to the connection's
+// loop through conn.complete, which queues it and wakes the loop. Producers append to a
+// partition's ring on their own loop and wake the loops of the subscribers, which then copy
+// from the ring to their sockets. Lock order: Server.adminMu, topic.mu, group.mu, the ring's
+// locks; conn.mu is a leaf.
+//
+// Example:
+//
+//	cfg := broker.DefaultConfig()
+//	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
+//	srv, err := broker.New(cfg)
+//	if err != nil { ... }
+//	if err := srv.Start(); err != nil { ... }
+//	defer srv.Shutdown(context.Background())
+//	fmt.Println(srv.Addr())
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/wire"
+)
+
+// Version is the broker version announced in HELLO.
+const Version = "0.1.0"
+
+// tickInterval is how often the ticker wakes connections that wait for their socket to drain.
+const tickInterval = 2 * time.Millisecond
+
+// Server is a running broker. Its exported methods are safe for concurrent use.
+type Server struct {
+	gnet.BuiltinEventEngine
+
+	cfg Config
+	log zerolog.Logger
+
+	meta     *meta.Store
+	verifier *auth.Verifier
+	throttle *auth.Throttle
+	pool     *auth.Pool
+
+	dummyHash string // verified for unknown users, so they cost what a wrong password costs
+
+	adminMu sync.Mutex                        // serialises topic and user changes
+	topics  atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
+	users   atomic.Pointer[map[string]meta.User]
+
+	eng      gnet.Engine
+	booted   chan gnet.Engine
+	done     chan struct{} // closed when gnet.Run returns; runErr is set before
+	runErr   error
+	addr     string
+	stopping atomic.Bool
+	stopOnce sync.Once
+
+	connsMu sync.Mutex
+	conns   map[*conn]struct{}  // every open connection, for shutdown
+	stalled map[*conn]struct{}  // connections waiting for their socket to drain
+	preauth map[*conn]time.Time // unauthenticated connections and their deadlines
+	ticks   uint64              // ticker goroutine only
+}
+
+// New opens the data directory, loads topics and credentials and prepares a broker. It does
+// not listen yet; call Start.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("broker config: %w", err)
+	}
+	store, err := meta.Open(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		meta:     store,
+		verifier: auth.NewVerifier(4096, 10*time.Minute),
+		throttle: auth.NewThrottle(auth.DefaultThrottleConfig()),
+		booted:   make(chan gnet.Engine, 1),
+		done:     make(chan struct{}),
+		conns:    map[*conn]struct{}{},
+		stalled:  map[*conn]struct{}{},
+		preauth:  map[*conn]time.Time{},
+	}
+	if s.dummyHash, err = auth.Hash("lightq-unknown-user", cfg.HashParams); err != nil {
+		return nil, err
+	}
+	if err := s.ensureAdmin(); err != nil {
+		return nil, err
+	}
+	s.loadTopics(store.State())
+	return s, nil
+}
+
+// loadTopics builds the live registry from persisted metadata.
+func (s *Server) loadTopics(st meta.State) {
+	topics := make(map[string]*topic, len(st.Topics))
+	for _, mt := range st.Topics {
+		t, err := s.buildTopic(mt)
+		if err != nil {
+			s.log.Error().Err(err).Str("topic", mt.Name).Msg("topic cannot be loaded; skipping it")
+			continue
+		}
+		topics[mt.Name] = t
+	}
+	users := make(map[string]meta.User, len(st.Users))
+	for k, u := range st.Users {
+		users[k] = u
+	}
+	s.topics.Store(&topics)
+	s.users.Store(&users)
+	s.log.Info().Int("topics", len(topics)).Int("users", len(users)).Msg("metadata loaded")
+}
+
+// Start listens and serves in the background. It returns once the listener is ready.
+func (s *Server) Start() error {
+	s.pool = auth.NewPool(s.cfg.AuthWorkers, s.cfg.AuthQueue)
+	opts := []gnet.Option{
+		gnet.WithMulticore(true),
+		gnet.WithReuseAddr(true),
+		gnet.WithTicker(true),
+		gnet.WithReadBufferCap(s.cfg.ReadBufferCap),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(gnetLogger{s.log}),
+		gnet.WithSocketSendBuffer(1 << 20),
+		gnet.WithSocketRecvBuffer(1 << 20),
+	}
+	if s.cfg.EventLoops > 0 {
+		opts = append(opts, gnet.WithNumEventLoop(s.cfg.EventLoops))
+	}
+	go func() {
+		s.runErr = gnet.Run(s, "tcp://"+s.cfg.Addr, opts...)
+		close(s.done)
+	}()
+	select {
+	case eng := <-s.booted:
+		s.eng = eng
+	case <-s.done:
+		s.pool.Close()
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
+	}
+	addr, err := listenerAddr(s.eng)
+	if err != nil {
+		return err
+	}
+	s.addr = addr
+	s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version).Msg("lightq listening")
+	return nil
+}
+
+// Addr is the address the broker listens on (with the real port when Config.Addr said 0).
+func (s *Server) Addr() string { return s.addr }
+
+// Wait blocks until the event loops stop and returns why.
+func (s *Server) Wait() error {
+	<-s.done
+	return s.runErr
+}
+
+// listenerAddr asks the kernel which address the listener got.
+func listenerAddr(eng gnet.Engine) (string, error) {
+	fd, err := eng.Dup()
+	if err != nil {
+		return "", fmt.Errorf("dup listener: %w", err)
+	}
+	defer unix.Close(fd)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return "", fmt.Errorf("getsockname: %w", err)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), fmt.Sprint(a.Port)), nil
+	case *unix.SockaddrInet6:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), fmt.Sprint(a.Port)), nil
+	}
+	return "", fmt.Errorf("listener has a %T address", sa)
+}
+
+// Shutdown stops the broker gracefully: new connections are refused, every connection gets
+// what its credit allows of the messages already accepted and its buffered output flushed
+// (for at most Config.ShutdownDrain or until ctx ends), then connections are closed and the
+// loops stop. Safe to call more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() {
+		s.stopping.Store(true)
+		s.log.Info().Msg("shutting down: draining connections")
+		deadline := time.Now().Add(s.cfg.ShutdownDrain)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if s.undrained() == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := s.undrained(); n > 0 {
+			s.log.Warn().Int("connections", n).Msg("drain deadline passed; closing connections with output still queued")
+		}
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if e := s.eng.Stop(stopCtx); e != nil && !errors.Is(e, context.Canceled) {
+			err = e
+		}
+		<-s.done
+		s.pool.Close()
+		s.log.Info().Msg("stopped")
+	})
+	return err
+}
+
+// undrained wakes every connection and counts those with output still queued.
+func (s *Server) undrained() int {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if !c.drained.Load() {
+			n++
+			c.wake()
+		}
+	}
+	return n
+}
+
+// OnBoot publishes the engine to Start.
+func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
+	s.booted <- eng
+	return gnet.None
+}
+
+// OnOpen sets up a connection's state. Runs on the connection's loop.
+func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	c := newConn(s, gc)
+	gc.SetContext(c)
+	if s.stopping.Load() {
+		return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(wire.CodeShuttingDown, "broker is shutting down")), gnet.Close
+	}
+	s.connsMu.Lock()
+	s.conns[c] = struct{}{}
+	s.preauth[c] = c.authDeadline
+	s.connsMu.Unlock()
+	c.log.Debug().Msg("connection opened")
+	return nil, gnet.None
+}
+
+// OnClose releases a connection's subscriptions. Runs on the connection's loop, possibly from
+// inside one of our own writes (gnet closes on a write error).
+func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.None
+	}
+	c.onClose()
+	s.connsMu.Lock()
+	delete(s.conns, c)
+	delete(s.stalled, c)
+	delete(s.preauth, c)
+	s.connsMu.Unlock()
+	ev := c.log.Debug()
+	if err != nil && !isPeerGone(err) {
+		ev = c.log.Info().Err(err)
+	}
+	ev.Msg("connection closed")
+	return gnet.None
+}
+
+// OnTraffic handles input, completed background work and deliveries. Runs on the loop.
+func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.Close
+	}
+	return c.onTraffic()
+}
+
+// OnTick wakes connections waiting for their sockets to drain and enforces auth deadlines.
+// It runs on gnet's ticker goroutine, not on an event loop: it only calls Wake.
+func (s *Server) OnTick() (time.Duration, gnet.Action) {
+	s.ticks++
+	checkDeadlines := s.ticks%25 == 0
+	now := time.Now()
+	s.connsMu.Lock()
+	for c := range s.stalled {
+		c.wake()
+	}
+	if checkDeadlines {
+		for c, deadline := range s.preauth {
+			if now.After(deadline) {
+				c.wake()
+			}
+		}
+	}
+	s.connsMu.Unlock()
+	return tickInterval, gnet.None
+}
+
+func isPeerGone(err error) bool {
+	return errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) || errors.Is(err, net.ErrClosed)
+}

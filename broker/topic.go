@@ -1,0 +1,135 @@
+package broker
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/lightq/lightq/broker/ring"
+	"github.com/lightq/lightq/wire"
+)
+
+// topic is a live topic. Its immutable fields are set at creation; mu guards the partitions'
+// subscriber tables. Lock order: Server.adminMu, topic.mu, group.mu, then ring locks.
+type topic struct {
+	name    string
+	kind    wire.Kind
+	user    string
+	options []wire.Option
+	parts   []*partition
+	rr      atomic.Uint32 // round-robin partition chooser
+	deleted atomic.Bool
+	stats   topicStats
+
+	mu sync.Mutex
+}
+
+// partition is one transient partition: its ring and who to wake when it grows.
+type partition struct {
+	id   uint32
+	ring *ring.Ring
+
+	// wakers is the copy-on-write list of connections with a subscription here; producers
+	// read it without locks. waiterCount (under topic.mu) is the source it is rebuilt from.
+	wakers      atomic.Pointer[[]*conn]
+	waiterCount map[*conn]int
+	groups      map[string]*group // under topic.mu
+}
+
+// group is a queue group's shared position in one partition: members claim batches from it,
+// so each batch goes to one member.
+type group struct {
+	mu      sync.Mutex
+	seq     uint64 // next batch to claim
+	nextMsg uint64 // message the group expects next; a gap is reported as dropped
+	members int    // under topic.mu
+}
+
+// topicStats are the counters STATS reports, the original LightQ's plus drop counts.
+type topicStats struct {
+	msgsIn, bytesIn, msgsOut, bytesOut atomic.Uint64
+	batchesIn, rejected, dropped       atomic.Uint64
+	publishers, subscribers            atomic.Int64
+}
+
+func newTopic(name string, kind wire.Kind, user string, options []wire.Option, partitions int, ringBytes, ringSlots int) *topic {
+	t := &topic{name: name, kind: kind, user: user, options: options}
+	for i := 0; i < partitions; i++ {
+		p := &partition{id: uint32(i), waiterCount: map[*conn]int{}, groups: map[string]*group{}}
+		if kind == wire.KindTransient {
+			p.ring = ring.New(ringBytes, ringSlots)
+		}
+		p.wakers.Store(&[]*conn{})
+		t.parts = append(t.parts, p)
+	}
+	return t
+}
+
+// addWaiter registers c to be woken when p grows. Caller holds t.mu.
+func (p *partition) addWaiter(c *conn) {
+	p.waiterCount[c]++
+	p.rebuildWakers()
+}
+
+// removeWaiter undoes one addWaiter. Caller holds t.mu.
+func (p *partition) removeWaiter(c *conn) {
+	if p.waiterCount[c]--; p.waiterCount[c] <= 0 {
+		delete(p.waiterCount, c)
+	}
+	p.rebuildWakers()
+}
+
+func (p *partition) rebuildWakers() {
+	list := make([]*conn, 0, len(p.waiterCount))
+	for c := range p.waiterCount {
+		list = append(list, c)
+	}
+	p.wakers.Store(&list)
+}
+
+// wakeAll asks every subscribed connection's event loop to deliver. Safe from any goroutine.
+func (p *partition) wakeAll() {
+	for _, c := range *p.wakers.Load() {
+		c.wake()
+	}
+}
+
+// queueSize is the number of messages held in the topic's rings.
+func (t *topic) queueSize() uint64 {
+	var n uint64
+	for _, p := range t.parts {
+		if p.ring != nil {
+			oldest, next := p.ring.Messages()
+			n += next - oldest
+		}
+	}
+	return n
+}
+
+func (t *topic) counters() []wire.Counter {
+	s := &t.stats
+	return []wire.Counter{
+		{Name: "messages_in", Value: s.msgsIn.Load()},
+		{Name: "messages_out", Value: s.msgsOut.Load()},
+		{Name: "bytes_in", Value: s.bytesIn.Load()},
+		{Name: "bytes_out", Value: s.bytesOut.Load()},
+		{Name: "batches_in", Value: s.batchesIn.Load()},
+		{Name: "publishers", Value: uint64(max(s.publishers.Load(), 0))},
+		{Name: "subscribers", Value: uint64(max(s.subscribers.Load(), 0))},
+		{Name: "queue_size", Value: t.queueSize()},
+		{Name: "dropped_messages", Value: s.dropped.Load()},
+		{Name: "rejected_batches", Value: s.rejected.Load()},
+	}
+}
+
+func (t *topic) metadata() wire.TopicMetadata {
+	md := wire.TopicMetadata{Name: t.name, Kind: t.kind, User: t.user, Options: t.options}
+	for _, p := range t.parts {
+		pm := wire.PartitionMetadata{ID: p.id}
+		if p.ring != nil {
+			oldest, next := p.ring.Messages()
+			pm.StartOffset, pm.EndOffset = int64(oldest), int64(next)
+		}
+		md.Partitions = append(md.Partitions, pm)
+	}
+	return md
+}
