@@ -129,11 +129,11 @@ func ParseBatch(b []byte, maxSize int) (Batch, error) {
 	}
 	r := NewReader(b)
 	bt := Batch{
-		BaseOffset:     r.I64(),
-		Length:         r.U32(),
-		CRC:            r.U32(),
-		Magic:          r.U8(),
-		Attributes:     r.U8(),
+		BaseOffset: r.I64(),
+		Length:     r.U32(),
+		CRC:        r.U32(),
+		Magic:      r.U8(),
+		Attributes: r.U8(),
 	}
 	reserved := r.U16()
 	bt.RecordCount = r.U32()
@@ -376,6 +376,9 @@ func (b *BatchBuilder) Finish(codec Codec, c *Compressor) ([]byte, error) {
 // key, modulo n. Every client must use this function so that one key always lands in one
 // partition, whichever client produced it.
 func PartitionForKey(key []byte, n int) int {
+	if n <= 0 {
+		return 0
+	}
 	h := uint32(2166136261)
 	for _, c := range key {
 		h ^= uint32(c)

@@ -122,7 +122,9 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
-// CodeOf maps a decoder error to the code the broker answers it with.
+// CodeOf maps a stream-level decoder error (FrameSize, ParseFrame, ParseBatch) to the code the
+// broker answers it with. A body that fails to decode inside a well-delimited frame is
+// INVALID_REQUEST, not the MALFORMED_FRAME this returns for ErrMalformed: callers decide.
 func CodeOf(err error) Code {
 	var we *Error
 	switch {

@@ -480,8 +480,7 @@ func (m *SubscribeResponse) Decode(b []byte) error {
 	return r.Done("SUBSCRIBE response")
 }
 
-// Credit is the body of CREDIT (adds Bytes to a subscription's credit) and, with Bytes
-// omitted, of UNSUBSCRIBE.
+// Credit is the body of CREDIT: it adds Bytes to a subscription's credit.
 type Credit struct {
 	SubscriptionID uint32
 	Bytes          uint32

@@ -1,0 +1,147 @@
+package wire_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// Each benchmark op handles one batch of benchRecords records; ns/record is reported too.
+const benchRecords = 500
+
+var benchSizes = []int{100, 1024}
+
+// benchValues returns benchRecords JSON-ish values of size bytes: compressible like real
+// payloads, not like zeros.
+func benchValues(size int) [][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	vals := make([][]byte, benchRecords)
+	for i := range vals {
+		v := make([]byte, 0, size+64)
+		for len(v) < size {
+			v = fmt.Appendf(v, `{"id":%d,"user":"u%04d","amount":%d.%02d},`, rng.IntN(1e9), rng.IntN(10000), rng.IntN(1000), rng.IntN(100))
+		}
+		vals[i] = v[:size]
+	}
+	return vals
+}
+
+var benchHeaders = []wire.RecordHeader{{Name: []byte("trace-id"), Value: []byte("4bf92f3577b34da6")}}
+
+func benchBatch(b *testing.B, size int, codec wire.Codec, c *wire.Compressor) []byte {
+	var bb wire.BatchBuilder
+	keys := benchKeys()
+	for i, v := range benchValues(size) {
+		bb.Append(exampleTS+int64(i), keys[i], v, benchHeaders)
+	}
+	out, err := bb.Finish(codec, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return append([]byte(nil), out...)
+}
+
+func benchKeys() [][]byte {
+	keys := make([][]byte, benchRecords)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%05d", i)
+	}
+	return keys
+}
+
+func BenchmarkBatchBuild(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			vals, keys := benchValues(size), benchKeys()
+			var bb wire.BatchBuilder
+			build := func() []byte {
+				bb.Reset()
+				for i, v := range vals {
+					bb.Append(exampleTS+int64(i), keys[i], v, benchHeaders)
+				}
+				out, err := bb.Finish(wire.CodecNone, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return out
+			}
+			b.SetBytes(int64(len(build())))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				build()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchRecords, "ns/record")
+		})
+	}
+}
+
+func BenchmarkBatchIter(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			batch := benchBatch(b, size, wire.CodecNone, nil)
+			var rec wire.Record
+			b.SetBytes(int64(len(batch)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				bt, err := wire.ParseBatch(batch, 1<<20) // includes the CRC
+				if err != nil {
+					b.Fatal(err)
+				}
+				it := wire.NewRecordIter(bt.Records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
+				n := 0
+				for it.Next(&rec) {
+					n++
+				}
+				if it.Err() != nil || n != benchRecords {
+					b.Fatal(n, it.Err())
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchRecords, "ns/record")
+		})
+	}
+}
+
+// BenchmarkCompress compresses and decompresses the records section of one batch. SetBytes is
+// the uncompressed size; "ratio" is compressed/uncompressed.
+func BenchmarkCompress(b *testing.B) {
+	for _, codec := range []wire.Codec{wire.CodecS2, wire.CodecZstd} {
+		for _, size := range benchSizes {
+			var c wire.Compressor
+			defer c.Close()
+			plain := benchBatch(b, size, wire.CodecNone, nil)
+			records := plain[wire.BatchHeaderSize:]
+			packed := benchBatch(b, size, codec, &c)
+			bt, err := wire.ParseBatch(packed, 1<<20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ratio := float64(len(bt.Records)) / float64(len(records))
+
+			b.Run(fmt.Sprintf("codec=%v/size=%d/compress", codec, size), func(b *testing.B) {
+				dst := make([]byte, 0, 2*len(records))
+				b.SetBytes(int64(len(records)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if dst, err = c.Compress(dst[:0], codec, records); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(ratio, "ratio")
+			})
+			b.Run(fmt.Sprintf("codec=%v/size=%d/decompress", codec, size), func(b *testing.B) {
+				dst := make([]byte, 0, len(records))
+				b.SetBytes(int64(len(records)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if dst, err = c.Decompress(dst[:0], &bt); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package wire_test
+
+import (
+	"bytes"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// Fuzz targets. `go test ./wire` runs their seeds; fuzz one with
+//
+//	go test ./wire -run '^$' -fuzz FuzzFrameStream -fuzztime 60s
+//
+// The seeds are the frames of PROTOCOL.md's examples plus a few hostile inputs.
+
+// FuzzFrameStream feeds a byte stream to the stream decoder whole, cut in two at a
+// fuzzer-chosen point, and in 1-7-byte chunks. All three must give the same frames and the
+// same error class; no frame over the limit may be accepted; and every accepted frame must
+// re-encode to exactly its input bytes.
+func FuzzFrameStream(f *testing.F) {
+	var session []byte
+	for _, ex := range protocolExamples() {
+		f.Add(ex.frame, uint16(len(ex.frame)/2), uint8(255))
+		f.Add(ex.frame, uint16(3), uint8(0)) // limit 16: everything but an empty body is too large
+		session = append(session, ex.frame...)
+	}
+	f.Add(session, uint16(1000), uint8(255))
+	f.Add(append(bytes.Clone(session), 0x00, 0x00, 0x00), uint16(7), uint8(1))
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: broker\r\n\r\n"), uint16(4), uint8(255))
+	f.Add(tlsClientHello, uint16(2), uint8(255))
+	f.Add(header(0xFFFFFFFF), uint16(5), uint8(255))
+	f.Add(with(header(12), func(b []byte) { b[9] = 2 }), uint16(9), uint8(255))
+
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16, limitSel uint8) {
+		limit := wire.HeaderSize + int(limitSel)*64
+		whole := decodeStream(limit, data)
+		if whole.over {
+			t.Fatalf("a frame over the limit %d was accepted", limit)
+		}
+		var re []byte
+		for _, fr := range whole.frames {
+			if fr.h.BodyLen() != len(fr.body) || int(fr.h.Length)+4 > limit {
+				t.Fatalf("header %+v with a %d-byte body, limit %d", fr.h, len(fr.body), limit)
+			}
+			re = wire.AppendFrame(re, fr.h.Op, fr.h.Flags, fr.h.Corr, fr.body)
+		}
+		if !bytes.Equal(re, data[:whole.consumed]) {
+			t.Fatalf("re-encoded frames differ from the %d bytes they were decoded from", whole.consumed)
+		}
+
+		c := int(cut) % (len(data) + 1)
+		if split := decodeStream(limit, data[:c], data[c:]); !split.equal(whole) {
+			t.Fatalf("cut at %d: %v; whole: %v", c, split, whole)
+		}
+		var pieces [][]byte
+		for i, rest := 0, data; len(rest) > 0; i++ {
+			n := min(1+(i+int(cut))%7, len(rest))
+			pieces = append(pieces, rest[:n])
+			rest = rest[n:]
+		}
+		if chunked := decodeStream(limit, pieces...); !chunked.equal(whole) {
+			t.Fatalf("in small chunks: %v; whole: %v", chunked, whole)
+		}
+	})
+}
+
+var (
+	fuzzCompressorMu sync.Mutex
+	fuzzCompressor   wire.Compressor
+)
+
+// FuzzBatch: an accepted batch re-encodes to exactly its bytes; when its records iterate, they
+// re-encode to exactly the records section; a compressed section decompresses to exactly
+// records size bytes or fails. With fix set, the CRC is recomputed before parsing, so that
+// mutations get past it to the header checks, the records and the decompressors.
+func FuzzBatch(f *testing.F) {
+	for _, ex := range protocolExamples() {
+		h, body, _ := wire.ParseFrame(ex.frame)
+		switch h.Op {
+		case wire.OpProduce:
+			var p wire.Produce
+			if p.Decode(body) == nil {
+				f.Add(p.Batch, false)
+			}
+		case wire.OpDeliver:
+			var d wire.Deliver
+			if d.Decode(body) == nil {
+				f.Add(d.Batch, true)
+			}
+		}
+	}
+	var c wire.Compressor
+	defer c.Close()
+	for _, codec := range []wire.Codec{wire.CodecNone, wire.CodecS2, wire.CodecZstd} {
+		f.Add(buildBatch(f, varietyRecords()[:2], codec, &c), true)
+	}
+	f.Add(rawBatch(wire.CodecNone, 1, 5, []byte{4, 0, 0, 0, 0}), true)
+	f.Add(rawBatch(wire.CodecZstd, 1, 4096, []byte{0x28, 0xb5, 0x2f, 0xfd}), true)
+
+	const limit = 1 << 20
+	f.Fuzz(func(t *testing.T, data []byte, fix bool) {
+		if fix && len(data) >= 16 {
+			data = bytes.Clone(data)
+			fixCRC(data)
+		}
+		bt, err := wire.ParseBatch(data, limit)
+		if err != nil {
+			return
+		}
+		if re := wire.AppendBatch(nil, &bt); !bytes.Equal(re, data) {
+			t.Fatalf("AppendBatch(ParseBatch(x)) != x")
+		}
+		records := bt.Records
+		if bt.Codec() != wire.CodecNone {
+			fuzzCompressorMu.Lock()
+			out, err := fuzzCompressor.Decompress(nil, &bt)
+			fuzzCompressorMu.Unlock()
+			if err != nil {
+				return
+			}
+			if len(out) != int(bt.RecordsSize) {
+				t.Fatalf("Decompress returned %d bytes, records size is %d", len(out), bt.RecordsSize)
+			}
+			records = out
+		}
+		recs, err := collectRecords(records, &bt)
+		if err != nil {
+			return
+		}
+		var re []byte
+		for i, rec := range recs {
+			if rec.Offset != bt.BaseOffset+int64(i) || rec.Timestamp != bt.FirstTimestamp+rec.TimestampDelta {
+				t.Fatalf("record %d: offset %d timestamp %d", i, rec.Offset, rec.Timestamp)
+			}
+			re = wire.AppendRecord(re, rec.TimestampDelta, rec.Key, rec.Value, rec.Headers)
+		}
+		if !bytes.Equal(re, records) {
+			t.Fatalf("records re-encode differently")
+		}
+	})
+}
+
+// fuzzBodyTypes are the body types with a non-empty body.
+var fuzzBodyTypes = func() []func() wireBody {
+	var out []func() wireBody
+	for _, bt := range bodyTypes {
+		if bt.newBody != nil && !(bt.op == wire.OpError && bt.response) { // ERROR listed once
+			out = append(out, bt.newBody)
+		}
+	}
+	return out
+}()
+
+func fuzzBodyIndex(op wire.Op, flags uint16) int {
+	nb, _ := bodyFor(op, flags)
+	if nb == nil {
+		return -1
+	}
+	want := nb()
+	for i, f := range fuzzBodyTypes {
+		if sameType(f(), want) {
+			return i
+		}
+	}
+	return -1
+}
+
+func sameType(a, b wireBody) bool { return reflect.TypeOf(a) == reflect.TypeOf(b) }
+
+// FuzzBodies: every body type is canonical, Decode(x) accepted implies AppendTo gives x back.
+// (ErrorBody truncates messages over 1024 bytes when encoding, but Decode refuses them, so it
+// is canonical too.)
+func FuzzBodies(f *testing.F) {
+	for _, ex := range protocolExamples() {
+		h, body, _ := wire.ParseFrame(ex.frame)
+		if i := fuzzBodyIndex(h.Op, h.Flags); i >= 0 {
+			f.Add(uint8(i), body)
+		}
+	}
+	for _, tc := range bodyCases() {
+		for i, nb := range fuzzBodyTypes {
+			if sameType(nb(), tc.newBody()) {
+				f.Add(uint8(i), tc.msg.AppendTo(nil))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
+		m := fuzzBodyTypes[int(kind)%len(fuzzBodyTypes)]()
+		if err := m.Decode(data); err != nil {
+			return
+		}
+		if re := m.AppendTo(nil); !bytes.Equal(re, data) {
+			t.Fatalf("%T: Decode then AppendTo is not the identity:\n in  % x\n out % x", m, data, re)
+		}
+	})
+}

@@ -1,0 +1,287 @@
+package wire_test
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// sampleBatch is a small valid batch for bodies that carry one.
+func sampleBatch() []byte {
+	return wireBatch(0, []exampleRecord{{ts: exampleTS, key: "k", value: "v"}})
+}
+
+// bodyCases are filled-in values of every body type. rest is the offset at which a body that
+// ends with "the rest of the frame" starts its open-ended part (0 for the others).
+func bodyCases() []struct {
+	name    string
+	msg     wireBody
+	newBody func() wireBody
+	rest    int
+} {
+	long := strings.Repeat("x", 255)
+	return []struct {
+		name    string
+		msg     wireBody
+		newBody func() wireBody
+		rest    int
+	}{
+		{"Hello", &wire.Hello{ClientName: "lightq-go", ClientVersion: "1.2.3"}, func() wireBody { return new(wire.Hello) }, 0},
+		{"Hello max", &wire.Hello{ClientName: long, ClientVersion: long}, func() wireBody { return new(wire.Hello) }, 0},
+		{"Hello empty", &wire.Hello{}, func() wireBody { return new(wire.Hello) }, 0},
+		{"HelloResponse", &wire.HelloResponse{ProtocolVersion: 1, BrokerVersion: "0.1.0", Limits: wire.DefaultLimits()}, func() wireBody { return new(wire.HelloResponse) }, 0},
+		{"Auth", &wire.Auth{User: "u", Password: strings.Repeat("p", wire.MaxPassword)}, func() wireBody { return new(wire.Auth) }, 0},
+		{"AuthResponse", &wire.AuthResponse{Role: wire.RoleUser}, func() wireBody { return new(wire.AuthResponse) }, 0},
+		{"ErrorBody", &wire.ErrorBody{Code: wire.CodeUnknownTopic, Message: "no topic \"x\""}, func() wireBody { return new(wire.ErrorBody) }, 0},
+		{"ErrorBody empty message", &wire.ErrorBody{Code: wire.CodeInternal}, func() wireBody { return new(wire.ErrorBody) }, 0},
+		{"CreateTopic", &wire.CreateTopic{Name: "t.1_a-B", Kind: wire.KindTransient, Partitions: 8, User: "u", Password: "p",
+			Options: []wire.Option{{Key: "a", Value: "1"}, {Key: strings.Repeat("k", 64), Value: long}}}, func() wireBody { return new(wire.CreateTopic) }, 0},
+		{"CreateTopic no options", &wire.CreateTopic{Name: "t", Kind: wire.KindDurable, Partitions: 1}, func() wireBody { return new(wire.CreateTopic) }, 0},
+		{"TopicName", &wire.TopicName{Name: strings.Repeat("t", wire.MaxTopicName)}, func() wireBody { return new(wire.TopicName) }, 0},
+		{"TopicName empty", &wire.TopicName{}, func() wireBody { return new(wire.TopicName) }, 0},
+		{"MetadataRequest", &wire.MetadataRequest{Topics: []string{"a", "b", ""}}, func() wireBody { return new(wire.MetadataRequest) }, 0},
+		{"MetadataRequest all", &wire.MetadataRequest{}, func() wireBody { return new(wire.MetadataRequest) }, 0},
+		{"MetadataResponse", &wire.MetadataResponse{Topics: []wire.TopicMetadata{
+			{Name: "a", Kind: wire.KindDurable, User: "u", Options: []wire.Option{{Key: "retention.bytes", Value: "1"}},
+				Partitions: []wire.PartitionMetadata{{ID: 0, StartOffset: -1, EndOffset: 1 << 40}, {ID: 1}}},
+			{Name: "b", Kind: wire.KindTransient},
+		}}, func() wireBody { return new(wire.MetadataResponse) }, 0},
+		{"MetadataResponse empty", &wire.MetadataResponse{}, func() wireBody { return new(wire.MetadataResponse) }, 0},
+		{"StatsResponse", &wire.StatsResponse{Topics: []wire.TopicStats{
+			{Name: "a", Counters: []wire.Counter{{Name: "messages.in", Value: 1 << 63}, {Name: "x", Value: 0}}},
+			{Name: "b"},
+		}}, func() wireBody { return new(wire.StatsResponse) }, 0},
+		{"Produce", &wire.Produce{Topic: []byte("orders"), Partition: wire.PartitionAny, Acks: wire.AcksDurable, Batch: sampleBatch()}, func() wireBody { return new(wire.Produce) }, 2 + 6 + 4 + 1},
+		{"ProduceResponse", &wire.ProduceResponse{Partition: 3, BaseOffset: 1<<62 + 5}, func() wireBody { return new(wire.ProduceResponse) }, 0},
+		{"Subscribe", &wire.Subscribe{Topic: "orders", Partition: 2, Group: "workers", Credit: 1 << 31}, func() wireBody { return new(wire.Subscribe) }, 0},
+		{"SubscribeResponse", &wire.SubscribeResponse{SubscriptionID: 9, Partitions: 4}, func() wireBody { return new(wire.SubscribeResponse) }, 0},
+		{"Credit", &wire.Credit{SubscriptionID: 9, Bytes: 0xffffffff}, func() wireBody { return new(wire.Credit) }, 0},
+		{"Unsubscribe", &wire.Unsubscribe{SubscriptionID: 9}, func() wireBody { return new(wire.Unsubscribe) }, 0},
+		{"Deliver", &wire.Deliver{Partition: 1, Dropped: 12345, Batch: sampleBatch()}, func() wireBody { return new(wire.Deliver) }, wire.DeliverHeaderSize},
+		{"Fetch", &wire.Fetch{Topic: "audit", Partition: 2, Offset: 99, MaxBytes: 1 << 20, MaxWaitMs: 500, Isolation: wire.IsolationWritten}, func() wireBody { return new(wire.Fetch) }, 0},
+		{"FetchResponse", &wire.FetchResponse{Partition: 2, HighWatermark: 100, LogStartOffset: 7, Batches: append(sampleBatch(), sampleBatch()...)}, func() wireBody { return new(wire.FetchResponse) }, wire.FetchResponseHeaderSize},
+		{"ListOffsets", &wire.ListOffsets{Topic: "audit", Partition: 1, Mode: wire.OffsetTimestamp, Timestamp: exampleTS}, func() wireBody { return new(wire.ListOffsets) }, 0},
+		{"OffsetResponse", &wire.OffsetResponse{Offset: -1}, func() wireBody { return new(wire.OffsetResponse) }, 0},
+		{"CommitOffset", &wire.CommitOffset{Group: "g", Topic: "audit", Partition: 1, Offset: 42}, func() wireBody { return new(wire.CommitOffset) }, 0},
+		{"FetchCommitted", &wire.FetchCommitted{Group: "g", Topic: "audit", Partition: 1}, func() wireBody { return new(wire.FetchCommitted) }, 0},
+	}
+}
+
+func TestBodyRoundTrip(t *testing.T) {
+	for _, tc := range bodyCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.msg.AppendTo(nil)
+			// AppendTo appends: a prefix in dst is kept.
+			if pre := tc.msg.AppendTo([]byte("pre")); !bytes.Equal(pre, append([]byte("pre"), b...)) {
+				t.Fatal("AppendTo does not append to dst")
+			}
+			got := tc.newBody()
+			if err := got.Decode(b); err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, tc.msg) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", got, tc.msg)
+			}
+			if re := got.AppendTo(nil); !bytes.Equal(re, b) {
+				t.Fatalf("re-encoding differs")
+			}
+			// Every truncation before the open-ended part fails; a body without one also
+			// fails at every truncation and with a trailing byte.
+			limit := len(b)
+			if tc.rest > 0 {
+				limit = tc.rest
+			}
+			for i := 0; i < limit; i++ {
+				if err := tc.newBody().Decode(b[:i]); !errors.Is(err, wire.ErrMalformed) {
+					t.Fatalf("Decode of the first %d of %d bytes: %v, want ErrMalformed", i, len(b), err)
+				}
+			}
+			if tc.rest == 0 {
+				if err := tc.newBody().Decode(append(bytes.Clone(b), 0)); !errors.Is(err, wire.ErrMalformed) {
+					t.Fatalf("Decode with a trailing byte: %v, want ErrMalformed", err)
+				}
+			}
+		})
+	}
+}
+
+// body builds a raw body from encoder calls.
+func body(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+func str(s string) []byte        { return wire.AppendString(nil, s) }
+func u8(v uint8) []byte          { return []byte{v} }
+func u16(v uint16) []byte        { return wire.AppendU16(nil, v) }
+func u32(v uint32) []byte        { return wire.AppendU32(nil, v) }
+func i64(v int64) []byte         { return wire.AppendI64(nil, v) }
+func rep(n int, s string) []byte { return []byte(strings.Repeat(s, n)) }
+
+func TestBodyDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		newBody func() wireBody
+		in      []byte
+	}{
+		{"Hello name 256", func() wireBody { return new(wire.Hello) }, body(str(strings.Repeat("n", 256)), str(""))},
+		{"Hello version 256", func() wireBody { return new(wire.Hello) }, body(str(""), str(strings.Repeat("v", 256)))},
+		{"HelloResponse broker version 256", func() wireBody { return new(wire.HelloResponse) }, body(u8(1), str(strings.Repeat("v", 256)), rep(20, "\x00"))},
+		{"Auth user 256", func() wireBody { return new(wire.Auth) }, body(str(strings.Repeat("u", 256)), str("p"))},
+		{"Auth password 1025", func() wireBody { return new(wire.Auth) }, body(str("u"), str(strings.Repeat("p", 1025)))},
+		{"ErrorBody message 1025", func() wireBody { return new(wire.ErrorBody) }, body(u16(7), str(strings.Repeat("m", 1025)))},
+		{"CreateTopic name 250", func() wireBody { return new(wire.CreateTopic) }, body(str(strings.Repeat("t", 250)), u8(1), u32(1), str("u"), str("p"), u16(0))},
+		{"CreateTopic 65 options", func() wireBody { return new(wire.CreateTopic) }, body(str("t"), u8(1), u32(1), str("u"), str("p"), u16(65), rep(65, "\x00\x00\x00\x00"))},
+		{"CreateTopic 65535 options", func() wireBody { return new(wire.CreateTopic) }, body(str("t"), u8(1), u32(1), str("u"), str("p"), u16(65535))},
+		{"CreateTopic option key 65", func() wireBody { return new(wire.CreateTopic) }, body(str("t"), u8(1), u32(1), str("u"), str("p"), u16(1), str(strings.Repeat("k", 65)), str("v"))},
+		{"CreateTopic option value 256", func() wireBody { return new(wire.CreateTopic) }, body(str("t"), u8(1), u32(1), str("u"), str("p"), u16(1), str("k"), str(strings.Repeat("v", 256)))},
+		{"TopicName 250", func() wireBody { return new(wire.TopicName) }, str(strings.Repeat("t", 250))},
+		{"MetadataRequest 10001 names", func() wireBody { return new(wire.MetadataRequest) }, body(u32(10001), rep(10001, "\x00\x00"))},
+		{"MetadataRequest count over bytes", func() wireBody { return new(wire.MetadataRequest) }, body(u32(3), str("a"), str("b"))},
+		{"MetadataRequest 4G names", func() wireBody { return new(wire.MetadataRequest) }, u32(0xffffffff)},
+		{"MetadataResponse 4G topics", func() wireBody { return new(wire.MetadataResponse) }, u32(0xffffffff)},
+		{"MetadataResponse 1025 partitions", func() wireBody { return new(wire.MetadataResponse) }, body(u32(1), str("t"), u8(1), str("u"), u16(0), u32(1025), rep(1025*20, "\x00"))},
+		{"MetadataResponse partitions over bytes", func() wireBody { return new(wire.MetadataResponse) }, body(u32(1), str("t"), u8(1), str("u"), u16(0), u32(2), rep(39, "\x00"))},
+		{"StatsResponse 4G topics", func() wireBody { return new(wire.StatsResponse) }, u32(0xffffffff)},
+		{"StatsResponse counters over bytes", func() wireBody { return new(wire.StatsResponse) }, body(u32(1), str("t"), u16(2), str("c"), i64(1))},
+		{"StatsResponse counter name 65", func() wireBody { return new(wire.StatsResponse) }, body(u32(1), str("t"), u16(1), str(strings.Repeat("c", 65)), i64(1))},
+		{"Produce acks 3", func() wireBody { return new(wire.Produce) }, body(str("t"), u32(0), u8(3), sampleBatch())},
+		{"Produce topic 250", func() wireBody { return new(wire.Produce) }, body(str(strings.Repeat("t", 250)), u32(0), u8(1), sampleBatch())},
+		{"Subscribe group 256", func() wireBody { return new(wire.Subscribe) }, body(str("t"), u32(0), str(strings.Repeat("g", 256)), u32(0))},
+		{"CommitOffset group 256", func() wireBody { return new(wire.CommitOffset) }, body(str(strings.Repeat("g", 256)), str("t"), u32(0), i64(0))},
+		{"FetchCommitted topic 250", func() wireBody { return new(wire.FetchCommitted) }, body(str("g"), str(strings.Repeat("t", 250)), u32(0))},
+		{"Credit of UNSUBSCRIBE size", func() wireBody { return new(wire.Credit) }, u32(1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.newBody().Decode(tt.in); !errors.Is(err, wire.ErrMalformed) {
+				t.Fatalf("Decode: %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// TestBodyDecodeBoundedAllocation: counts in a short body are checked against the bytes that
+// remain before anything is allocated.
+func TestBodyDecodeBoundedAllocation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		newBody func() wireBody
+		in      []byte
+	}{
+		{"MetadataRequest", func() wireBody { return new(wire.MetadataRequest) }, body(u32(10000), str("a"))},
+		{"MetadataResponse", func() wireBody { return new(wire.MetadataResponse) }, body(u32(0xffffffff), str("a"))},
+		{"StatsResponse", func() wireBody { return new(wire.StatsResponse) }, body(u32(0xffffffff), str("a"))},
+	} {
+		m := tc.newBody()
+		if a := testing.AllocsPerRun(20, func() { _ = m.Decode(tc.in) }); a > 5 {
+			t.Errorf("%s: %v allocations decoding a lying count", tc.name, a)
+		}
+	}
+}
+
+func TestErrorBodyTruncatesLongMessages(t *testing.T) {
+	m := wire.ErrorBody{Code: wire.CodeInternal, Message: strings.Repeat("é", 1000)} // 2000 bytes
+	var got wire.ErrorBody
+	if err := got.Decode(m.AppendTo(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Message) != wire.MaxErrorText || got.Message != m.Message[:wire.MaxErrorText] {
+		t.Fatalf("message of %d bytes after the round trip, want the first %d", len(got.Message), wire.MaxErrorText)
+	}
+}
+
+func TestBodyHelpersAgree(t *testing.T) {
+	p := wire.Produce{Topic: []byte("orders"), Partition: 3, Acks: wire.AcksWritten, Batch: sampleBatch()}
+	if a, b := p.AppendTo(nil), append(wire.AppendProduceHeader(nil, "orders", 3, wire.AcksWritten), p.Batch...); !bytes.Equal(a, b) {
+		t.Errorf("AppendProduceHeader disagrees with Produce.AppendTo:\n% x\n% x", a, b)
+	}
+	d := wire.Deliver{Partition: 0x01020304, Dropped: 0x0a0b0c0d0e0f1011, Batch: sampleBatch()}
+	h := make([]byte, wire.DeliverHeaderSize)
+	wire.PutDeliverHeader(h, d.Partition, d.Dropped)
+	if a, b := d.AppendTo(nil), append(h, d.Batch...); !bytes.Equal(a, b) {
+		t.Errorf("PutDeliverHeader disagrees with Deliver.AppendTo:\n% x\n% x", a, b)
+	}
+	if n := len((&wire.ProduceResponse{}).AppendTo(nil)); n != wire.ProduceResponseSize {
+		t.Errorf("ProduceResponse is %d bytes, ProduceResponseSize %d", n, wire.ProduceResponseSize)
+	}
+	if n := len((&wire.FetchResponse{}).AppendTo(nil)); n != wire.FetchResponseHeaderSize {
+		t.Errorf("FetchResponse header is %d bytes, FetchResponseHeaderSize %d", n, wire.FetchResponseHeaderSize)
+	}
+}
+
+func TestValidTopicName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"orders", true},
+		{"A.b_c-9", true},
+		{strings.Repeat("x", 249), true},
+		{"...", true},
+		{"", false},
+		{strings.Repeat("x", 250), false},
+		{".", false},
+		{"..", false},
+		{"a/b", false},
+		{"a b", false},
+		{"ünï", false},
+		{"a\x00", false},
+	}
+	for _, tt := range tests {
+		if err := wire.ValidTopicName(tt.name); (err == nil) != tt.ok {
+			t.Errorf("ValidTopicName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	def := wire.DefaultLimits()
+	if def.MaxFrame != 1<<20+1024 || def.MaxBatch != 1<<20 || def.MaxMessage != 1<<20-1024 || def.PreAuthMaxFrame != 4096 || def.AuthTimeout != 10*time.Second {
+		t.Fatalf("DefaultLimits changed: %+v (update PROTOCOL.md section 12)", def)
+	}
+	tests := []struct {
+		name   string
+		modify func(l *wire.Limits)
+		ok     bool
+	}{
+		{"defaults", func(l *wire.Limits) {}, true},
+		{"batch 4095", func(l *wire.Limits) { l.MaxBatch = 4095 }, false},
+		{"batch 256 MiB + 1", func(l *wire.Limits) { l.MaxBatch = 256<<20 + 1; l.MaxFrame = 512 << 20 }, false},
+		{"frame below batch + 1024", func(l *wire.Limits) { l.MaxFrame = l.MaxBatch + 1023 }, false},
+		{"message 0", func(l *wire.Limits) { l.MaxMessage = 0 }, false},
+		{"message max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 76 }, true},
+		{"message over max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 75 }, false},
+		{"pre-auth 511", func(l *wire.Limits) { l.PreAuthMaxFrame = 511 }, false},
+		{"pre-auth over frame", func(l *wire.Limits) { l.PreAuthMaxFrame = l.MaxFrame + 1 }, false},
+		{"auth timeout 0", func(l *wire.Limits) { l.AuthTimeout = 0 }, false},
+	}
+	for _, tt := range tests {
+		l := wire.DefaultLimits()
+		tt.modify(&l)
+		if err := l.Validate(); (err == nil) != tt.ok {
+			t.Errorf("%s: Validate = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}
+
+func TestParseEnums(t *testing.T) {
+	for s, want := range map[string]wire.Kind{"transient": wire.KindTransient, "durable": wire.KindDurable} {
+		if k, err := wire.ParseKind(s); err != nil || k != want || k.String() != s {
+			t.Errorf("ParseKind(%q) = %v, %v", s, k, err)
+		}
+	}
+	if _, err := wire.ParseKind("memory"); err == nil {
+		t.Error("ParseKind accepted memory")
+	}
+	for s, want := range map[string]wire.Codec{"none": wire.CodecNone, "s2": wire.CodecS2, "zstd": wire.CodecZstd} {
+		if c, err := wire.ParseCodec(s); err != nil || c != want || c.String() != s {
+			t.Errorf("ParseCodec(%q) = %v, %v", s, c, err)
+		}
+	}
+	if _, err := wire.ParseCodec("gzip"); err == nil {
+		t.Error("ParseCodec accepted gzip")
+	}
+}
