@@ -81,19 +81,23 @@ func (c *conn) handleHello(corr uint32, body []byte) {
 	c.respond(wire.OpHello, corr, resp.AppendTo)
 }
 
-// lookupTopic finds a topic the connection may use, answering the error otherwise. Unknown
-// topics and topics the caller may not see get the same answer, so names do not leak.
+// lookupTopic finds a topic the connection may use, answering the error otherwise. A topic
+// user gets NOT_AUTHORIZED for any topic that is not its own, whether or not it exists, so it
+// cannot probe topic names; only an admin learns that a topic does not exist.
 func (c *conn) lookupTopic(corr uint32, name []byte) *topic {
 	t := (*c.srv.topics.Load())[string(name)]
-	if t == nil || t.deleted.Load() {
+	if t != nil && t.deleted.Load() {
+		t = nil
+	}
+	switch {
+	case t != nil && c.principal.mayUse(t):
+		return t
+	case c.principal.admin:
 		c.sendError(corr, wire.CodeUnknownTopic, fmt.Sprintf("no topic %q", name))
-		return nil
+	default:
+		c.sendError(corr, wire.CodeNotAuthorized, fmt.Sprintf("topic %q does not exist or user %q may not use it", name, c.principal.user))
 	}
-	if !c.principal.mayUse(t) {
-		c.sendError(corr, wire.CodeNotAuthorized, fmt.Sprintf("user %q may not use topic %q", c.principal.user, name))
-		return nil
-	}
-	return t
+	return nil
 }
 
 func (c *conn) handleMetadata(corr uint32, body []byte) {
