@@ -1,0 +1,182 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// TopicConfig describes a topic to create.
+type TopicConfig struct {
+	Name       string
+	Kind       wire.Kind // zero means wire.KindTransient
+	Partitions int       // zero means 1
+	// User owns the topic. The broker creates the user when it is new; otherwise Password
+	// must match the user's password.
+	User, Password string
+	Options        []wire.Option // e.g. {Key: "retention.bytes", Value: "1073741824"}
+}
+
+// CreateTopic creates a topic. It needs the admin role; an existing topic gives
+// wire.CodeTopicExists. Safe for concurrent use, like every Conn method.
+func (c *Conn) CreateTopic(ctx context.Context, cfg TopicConfig) error {
+	if err := wire.ValidTopicName(cfg.Name); err != nil {
+		return fmt.Errorf("lightq: %w", err)
+	}
+	if cfg.Kind == 0 {
+		cfg.Kind = wire.KindTransient
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1
+	}
+	if cfg.Partitions < 0 || cfg.Partitions > wire.MaxPartitions {
+		return fmt.Errorf("lightq: %d partitions, want 1-%d", cfg.Partitions, wire.MaxPartitions)
+	}
+	if len(cfg.User) > wire.MaxUser || len(cfg.Password) > wire.MaxPassword || len(cfg.Options) > wire.MaxOptions {
+		return fmt.Errorf("lightq: user, password or options over the protocol limits")
+	}
+	req := wire.CreateTopic{
+		Name: cfg.Name, Kind: cfg.Kind, Partitions: uint32(cfg.Partitions),
+		User: cfg.User, Password: cfg.Password, Options: cfg.Options,
+	}
+	_, err := c.roundTrip(ctx, wire.OpCreateTopic, req.AppendTo(nil))
+	return err
+}
+
+// DeleteTopic deletes a topic and everything in it.
+func (c *Conn) DeleteTopic(ctx context.Context, name string) error {
+	if err := wire.ValidTopicName(name); err != nil {
+		return fmt.Errorf("lightq: %w", err)
+	}
+	req := wire.TopicName{Name: name}
+	_, err := c.roundTrip(ctx, wire.OpDeleteTopic, req.AppendTo(nil))
+	return err
+}
+
+// Metadata describes the named topics, or every topic the caller may see when none is named.
+func (c *Conn) Metadata(ctx context.Context, topics ...string) ([]wire.TopicMetadata, error) {
+	for _, t := range topics {
+		if err := wire.ValidTopicName(t); err != nil {
+			return nil, fmt.Errorf("lightq: %w", err)
+		}
+	}
+	req := wire.MetadataRequest{Topics: topics}
+	body, err := c.roundTrip(ctx, wire.OpMetadata, req.AppendTo(nil))
+	if err != nil {
+		return nil, err
+	}
+	var resp wire.MetadataResponse
+	if err := resp.Decode(body); err != nil {
+		return nil, fmt.Errorf("%w: METADATA response: %w", ErrProtocol, err)
+	}
+	return resp.Topics, nil
+}
+
+// Stats returns the counters of one topic, or of every topic the caller may see when topic
+// is empty.
+func (c *Conn) Stats(ctx context.Context, topic string) ([]wire.TopicStats, error) {
+	if topic != "" {
+		if err := wire.ValidTopicName(topic); err != nil {
+			return nil, fmt.Errorf("lightq: %w", err)
+		}
+	}
+	req := wire.TopicName{Name: topic}
+	body, err := c.roundTrip(ctx, wire.OpStats, req.AppendTo(nil))
+	if err != nil {
+		return nil, err
+	}
+	var resp wire.StatsResponse
+	if err := resp.Decode(body); err != nil {
+		return nil, fmt.Errorf("%w: STATS response: %w", ErrProtocol, err)
+	}
+	return resp.Topics, nil
+}
+
+// FetchResult is the answer to a FETCH: the partition's offsets and the raw batches, which
+// Batches walks. It owns its memory.
+type FetchResult struct {
+	wire.FetchResponse
+	maxBatch int
+}
+
+// Batches returns an iterator over the fetched batches.
+func (r *FetchResult) Batches() BatchIter {
+	return BatchIter{rest: r.FetchResponse.Batches, max: r.maxBatch}
+}
+
+// BatchIter walks a sequence of whole record batches, validating each one.
+//
+//	it := res.Batches()
+//	for it.Next() { bt := it.Batch(); ... }
+//	if err := it.Err(); err != nil { ... }
+type BatchIter struct {
+	rest []byte
+	max  int
+	cur  wire.Batch
+	err  error
+}
+
+// Next advances to the next batch; it returns false at the end or on a corrupt batch.
+func (it *BatchIter) Next() bool {
+	if it.err != nil || len(it.rest) == 0 {
+		return false
+	}
+	n := wire.BatchSize(it.rest)
+	if n < wire.BatchHeaderSize || n > len(it.rest) {
+		it.err = fmt.Errorf("%w: batch of %d bytes, %d left in the response", wire.ErrCorruptBatch, n, len(it.rest))
+		return false
+	}
+	it.cur, it.err = wire.ParseBatch(it.rest[:n], it.max)
+	it.rest = it.rest[n:]
+	return it.err == nil
+}
+
+// Batch is the current batch; its Records alias the FetchResult.
+func (it *BatchIter) Batch() *wire.Batch { return &it.cur }
+
+// Err is the first error met.
+func (it *BatchIter) Err() error { return it.err }
+
+// Fetch reads batches of a durable topic's partition from req.Offset. This is the thin
+// request; a durable consumer built on it comes later.
+func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) {
+	body, err := c.roundTrip(ctx, wire.OpFetch, req.AppendTo(nil))
+	if err != nil {
+		return nil, err
+	}
+	res := &FetchResult{maxBatch: c.limits.MaxBatch}
+	if err := res.FetchResponse.Decode(body); err != nil {
+		return nil, fmt.Errorf("%w: FETCH response: %w", ErrProtocol, err)
+	}
+	return res, nil
+}
+
+// ListOffsets looks up an offset of a durable topic's partition: the earliest, the latest, or
+// the first at or after a timestamp.
+func (c *Conn) ListOffsets(ctx context.Context, req wire.ListOffsets) (int64, error) {
+	return c.offsetRequest(ctx, wire.OpListOffsets, req.AppendTo(nil))
+}
+
+// CommitOffset stores a group's next offset to read for a partition.
+func (c *Conn) CommitOffset(ctx context.Context, req wire.CommitOffset) error {
+	_, err := c.roundTrip(ctx, wire.OpCommitOffset, req.AppendTo(nil))
+	return err
+}
+
+// FetchCommitted returns a group's committed offset for a partition, -1 if none.
+func (c *Conn) FetchCommitted(ctx context.Context, req wire.FetchCommitted) (int64, error) {
+	return c.offsetRequest(ctx, wire.OpFetchCommitted, req.AppendTo(nil))
+}
+
+func (c *Conn) offsetRequest(ctx context.Context, op wire.Op, body []byte) (int64, error) {
+	resp, err := c.roundTrip(ctx, op, body)
+	if err != nil {
+		return 0, err
+	}
+	var or wire.OffsetResponse
+	if err := or.Decode(resp); err != nil {
+		return 0, fmt.Errorf("%w: %v response: %w", ErrProtocol, op, err)
+	}
+	return or.Offset, nil
+}

@@ -1,0 +1,524 @@
+package client_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// fakeBroker speaks the LightQ protocol well enough to exercise the client: HELLO/AUTH with
+// fixed credentials, topics in memory, PRODUCE storing each batch as received (base offset
+// rewritten, like the real broker), SUBSCRIBE pushing stored batches while credit lasts, and
+// hooks to hold answers, inject errors and drop connections.
+type fakeBroker struct {
+	ln      net.Listener
+	user    string
+	pass    string
+	limits  wire.Limits
+	silent  bool // accept connections, never answer
+	discard bool // do not keep produced batches (benchmarks)
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	topics map[string]*fakeTopic
+	conns  map[*fakeConn]struct{}
+	closed bool
+	nextID uint32
+
+	// Hooks and observations, guarded by mu.
+	produceHook  func(n int, p *wire.Produce) *wire.Error // n counts PRODUCE requests from 1
+	produces     int
+	holdAcks     bool
+	heldAcks     []func()
+	holdMetadata int // answer METADATA in reverse order once this many are waiting
+	heldMeta     []func()
+	nextDropped  uint64
+	violation    string // first credit-window violation seen
+	credits      int    // CREDIT frames received
+	unsubscribes int
+	delivered    int64 // bytes of batches pushed
+	wg           sync.WaitGroup
+}
+
+type fakeTopic struct {
+	kind    wire.Kind
+	batches [][][]byte // per partition, each batch with its base offset set
+	next    []int64
+	rr      int
+}
+
+type fakeConn struct {
+	fb   *fakeBroker
+	nc   net.Conn
+	wmu  sync.Mutex
+	subs map[uint32]*fakeSub // guarded by fb.mu
+	dead bool                // guarded by fb.mu
+}
+
+type fakeSub struct {
+	id      uint32
+	topic   *fakeTopic
+	part    int32
+	window  int64
+	credit  int64
+	cursor  []int
+	closed  bool
+	lastPar int
+}
+
+const (
+	fakeUser = "admin"
+	fakePass = "secret"
+)
+
+// startFake starts a fake broker on 127.0.0.1:0; t.Cleanup stops it.
+func startFake(t testing.TB) *fakeBroker {
+	t.Helper()
+	fb, err := newFake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fb.Close)
+	return fb
+}
+
+func newFake() (*fakeBroker, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	fb := &fakeBroker{
+		ln: ln, user: fakeUser, pass: fakePass, limits: wire.DefaultLimits(),
+		topics: make(map[string]*fakeTopic), conns: make(map[*fakeConn]struct{}),
+	}
+	fb.cond = sync.NewCond(&fb.mu)
+	fb.wg.Add(1)
+	go fb.accept()
+	return fb, nil
+}
+
+func (fb *fakeBroker) Addr() string { return fb.ln.Addr().String() }
+
+// Close stops the listener and every connection and waits for the goroutines.
+func (fb *fakeBroker) Close() {
+	fb.mu.Lock()
+	fb.closed = true
+	fb.cond.Broadcast()
+	fb.mu.Unlock()
+	_ = fb.ln.Close()
+	fb.DropConns()
+	fb.wg.Wait()
+}
+
+// DropConns closes every connection abruptly.
+func (fb *fakeBroker) DropConns() {
+	fb.mu.Lock()
+	for fc := range fb.conns {
+		fc.dead = true
+		_ = fc.nc.Close()
+	}
+	fb.cond.Broadcast()
+	fb.mu.Unlock()
+}
+
+// AddTopic creates a topic directly.
+func (fb *fakeBroker) AddTopic(name string, partitions int) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.topics[name] = &fakeTopic{kind: wire.KindTransient, batches: make([][][]byte, partitions), next: make([]int64, partitions)}
+}
+
+// Batches returns copies of the batches stored for a partition.
+func (fb *fakeBroker) Batches(topic string, part int) [][]byte {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	var out [][]byte
+	for _, b := range fb.topics[topic].batches[part] {
+		out = append(out, append([]byte(nil), b...))
+	}
+	return out
+}
+
+// ReleaseAcks stops holding PRODUCE answers and sends the held ones.
+func (fb *fakeBroker) ReleaseAcks() {
+	fb.mu.Lock()
+	fb.holdAcks = false
+	held := fb.heldAcks
+	fb.heldAcks = nil
+	fb.mu.Unlock()
+	for _, f := range held {
+		f()
+	}
+}
+
+func (fb *fakeBroker) set(f func(fb *fakeBroker)) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	f(fb)
+	fb.cond.Broadcast()
+}
+
+func (fb *fakeBroker) get(f func(fb *fakeBroker)) { fb.set(f) }
+
+func (fb *fakeBroker) accept() {
+	defer fb.wg.Done()
+	for {
+		nc, err := fb.ln.Accept()
+		if err != nil {
+			return
+		}
+		fc := &fakeConn{fb: fb, nc: nc, subs: make(map[uint32]*fakeSub)}
+		fb.mu.Lock()
+		if fb.closed {
+			fb.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		fb.conns[fc] = struct{}{}
+		fb.mu.Unlock()
+		fb.wg.Add(1)
+		go fc.serve()
+	}
+}
+
+func (fc *fakeConn) write(op wire.Op, flags uint16, corr uint32, body []byte) {
+	fc.wmu.Lock()
+	defer fc.wmu.Unlock()
+	_, _ = fc.nc.Write(wire.AppendFrame(nil, op, flags, corr, body))
+}
+
+func (fc *fakeConn) reply(op wire.Op, corr uint32, body []byte) {
+	fc.write(op, wire.FlagResponse, corr, body)
+}
+
+func (fc *fakeConn) fail(corr uint32, code wire.Code, msg string) {
+	eb := wire.ErrorBody{Code: code, Message: msg}
+	fc.write(wire.OpError, 0, corr, eb.AppendTo(nil))
+}
+
+func (fc *fakeConn) serve() {
+	fb := fc.fb
+	defer fb.wg.Done()
+	defer func() {
+		fb.mu.Lock()
+		fc.dead = true
+		delete(fb.conns, fc)
+		fb.cond.Broadcast()
+		fb.mu.Unlock()
+		_ = fc.nc.Close()
+	}()
+	br := bufio.NewReader(fc.nc)
+	var frame []byte // reused: handlers copy what they keep
+	for {
+		hdr, err := br.Peek(wire.HeaderSize)
+		if err != nil {
+			return
+		}
+		n, err := wire.FrameSize(hdr, fb.limits.MaxFrame)
+		if err != nil {
+			fc.fail(0, wire.CodeOf(err), err.Error())
+			return
+		}
+		if cap(frame) < n {
+			frame = make([]byte, n)
+		}
+		frame = frame[:n]
+		if _, err := io.ReadFull(br, frame); err != nil {
+			return
+		}
+
+		if fb.silent {
+			continue
+		}
+		h, body, err := wire.ParseFrame(frame)
+		if err != nil {
+			return
+		}
+		fc.handle(h, body)
+	}
+}
+
+func (fc *fakeConn) handle(h wire.Header, body []byte) {
+	fb := fc.fb
+	switch h.Op {
+	case wire.OpHello:
+		resp := wire.HelloResponse{ProtocolVersion: wire.Version, BrokerVersion: "fake", Limits: fb.limits}
+		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	case wire.OpAuth:
+		var a wire.Auth
+		if err := a.Decode(body); err != nil || a.User != fb.user || a.Password != fb.pass {
+			fc.fail(h.Corr, wire.CodeAuthFailed, "bad user or password")
+			return
+		}
+		resp := wire.AuthResponse{Role: wire.RoleAdmin}
+		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	case wire.OpPing:
+		fc.reply(h.Op, h.Corr, nil)
+	case wire.OpCreateTopic:
+		var m wire.CreateTopic
+		if err := m.Decode(body); err != nil {
+			fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+			return
+		}
+		fb.mu.Lock()
+		_, exists := fb.topics[m.Name]
+		if !exists {
+			fb.topics[m.Name] = &fakeTopic{kind: m.Kind, batches: make([][][]byte, m.Partitions), next: make([]int64, m.Partitions)}
+		}
+		fb.mu.Unlock()
+		if exists {
+			fc.fail(h.Corr, wire.CodeTopicExists, m.Name)
+			return
+		}
+		fc.reply(h.Op, h.Corr, nil)
+	case wire.OpDeleteTopic:
+		var m wire.TopicName
+		_ = m.Decode(body)
+		fb.mu.Lock()
+		_, exists := fb.topics[m.Name]
+		delete(fb.topics, m.Name)
+		fb.mu.Unlock()
+		if !exists {
+			fc.fail(h.Corr, wire.CodeUnknownTopic, m.Name)
+			return
+		}
+		fc.reply(h.Op, h.Corr, nil)
+	case wire.OpMetadata:
+		fc.metadata(h, body)
+	case wire.OpStats:
+		var m wire.TopicName
+		_ = m.Decode(body)
+		var resp wire.StatsResponse
+		fb.mu.Lock()
+		for name, t := range fb.topics {
+			if m.Name != "" && m.Name != name {
+				continue
+			}
+			var msgs uint64
+			for _, n := range t.next {
+				msgs += uint64(n)
+			}
+			resp.Topics = append(resp.Topics, wire.TopicStats{Name: name, Counters: []wire.Counter{{Name: "messages", Value: msgs}}})
+		}
+		fb.mu.Unlock()
+		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	case wire.OpProduce:
+		fc.produce(h, body)
+	case wire.OpSubscribe:
+		fc.subscribe(h, body)
+	case wire.OpCredit:
+		var m wire.Credit
+		if err := m.Decode(body); err != nil {
+			fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+			return
+		}
+		fb.mu.Lock()
+		fb.credits++
+		s := fc.subs[m.SubscriptionID]
+		if s != nil {
+			s.credit += int64(m.Bytes)
+			if s.credit > s.window && fb.violation == "" {
+				fb.violation = fmt.Sprintf("credit %d over window %d", s.credit, s.window)
+			}
+			fb.cond.Broadcast()
+		}
+		fb.mu.Unlock()
+		if s == nil {
+			fc.fail(h.Corr, wire.CodeUnknownSubscription, "")
+		}
+	case wire.OpUnsubscribe:
+		var m wire.Unsubscribe
+		_ = m.Decode(body)
+		fb.mu.Lock()
+		fb.unsubscribes++
+		s := fc.subs[m.SubscriptionID]
+		if s != nil {
+			s.closed = true
+			delete(fc.subs, m.SubscriptionID)
+			fb.cond.Broadcast()
+		}
+		fb.mu.Unlock()
+		if s == nil {
+			fc.fail(h.Corr, wire.CodeUnknownSubscription, "")
+			return
+		}
+		fc.reply(h.Op, h.Corr, nil)
+	case wire.OpFetch, wire.OpListOffsets, wire.OpCommitOffset, wire.OpFetchCommitted:
+		fc.fail(h.Corr, wire.CodeNotSupported, "transient topics only")
+	default:
+		fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
+	}
+}
+
+func (fc *fakeConn) metadata(h wire.Header, body []byte) {
+	fb := fc.fb
+	var m wire.MetadataRequest
+	if err := m.Decode(body); err != nil {
+		fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+		return
+	}
+	var resp wire.MetadataResponse
+	fb.mu.Lock()
+	for _, name := range m.Topics {
+		t, ok := fb.topics[name]
+		if !ok {
+			fb.mu.Unlock()
+			fc.fail(h.Corr, wire.CodeUnknownTopic, name)
+			return
+		}
+		tm := wire.TopicMetadata{Name: name, Kind: t.kind, User: fb.user}
+		for i, n := range t.next {
+			tm.Partitions = append(tm.Partitions, wire.PartitionMetadata{ID: uint32(i), EndOffset: n})
+		}
+		resp.Topics = append(resp.Topics, tm)
+	}
+	answer := func() { fc.reply(h.Op, h.Corr, resp.AppendTo(nil)) }
+	var release []func()
+	if fb.holdMetadata > 0 {
+		fb.heldMeta = append(fb.heldMeta, answer)
+		if len(fb.heldMeta) == fb.holdMetadata {
+			release, fb.heldMeta, fb.holdMetadata = fb.heldMeta, nil, 0
+		}
+		fb.mu.Unlock()
+		for i := len(release) - 1; i >= 0; i-- {
+			release[i]()
+		}
+		return
+	}
+	fb.mu.Unlock()
+	answer()
+}
+
+func (fc *fakeConn) produce(h wire.Header, body []byte) {
+	fb := fc.fb
+	var m wire.Produce
+	if err := m.Decode(body); err != nil {
+		fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+		return
+	}
+	bt, err := wire.ParseBatch(m.Batch, fb.limits.MaxBatch)
+	if err != nil {
+		fc.fail(h.Corr, wire.CodeOf(err), err.Error())
+		return
+	}
+	fb.mu.Lock()
+	fb.produces++
+	if fb.produceHook != nil {
+		if werr := fb.produceHook(fb.produces, &m); werr != nil {
+			fb.mu.Unlock()
+			fc.fail(h.Corr, werr.Code, werr.Message)
+			return
+		}
+	}
+	t := fb.topics[string(m.Topic)]
+	if t == nil {
+		fb.mu.Unlock()
+		fc.fail(h.Corr, wire.CodeUnknownTopic, string(m.Topic))
+		return
+	}
+	part := int(m.Partition)
+	if m.Partition == wire.PartitionAny {
+		part = t.rr % len(t.next)
+		t.rr++
+	}
+	if part < 0 || part >= len(t.next) {
+		fb.mu.Unlock()
+		fc.fail(h.Corr, wire.CodeUnknownPartition, "")
+		return
+	}
+	base := t.next[part]
+	if !fb.discard {
+		stored := append([]byte(nil), m.Batch...)
+		wire.SetBaseOffset(stored, base)
+		t.batches[part] = append(t.batches[part], stored)
+	}
+	t.next[part] += int64(bt.RecordCount)
+	fb.cond.Broadcast()
+	resp := wire.ProduceResponse{Partition: uint32(part), BaseOffset: base}
+	answer := func() { fc.reply(h.Op, h.Corr, resp.AppendTo(nil)) }
+	if m.Acks == wire.AcksNone {
+		fb.mu.Unlock()
+		return
+	}
+	if fb.holdAcks {
+		fb.heldAcks = append(fb.heldAcks, answer)
+		fb.mu.Unlock()
+		return
+	}
+	fb.mu.Unlock()
+	answer()
+}
+
+func (fc *fakeConn) subscribe(h wire.Header, body []byte) {
+	fb := fc.fb
+	var m wire.Subscribe
+	if err := m.Decode(body); err != nil {
+		fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+		return
+	}
+	fb.mu.Lock()
+	t := fb.topics[m.Topic]
+	if t == nil {
+		fb.mu.Unlock()
+		fc.fail(h.Corr, wire.CodeUnknownTopic, m.Topic)
+		return
+	}
+	fb.nextID++
+	s := &fakeSub{id: fb.nextID, topic: t, part: m.Partition, window: int64(m.Credit), credit: int64(m.Credit), cursor: make([]int, len(t.next))}
+	fc.subs[s.id] = s
+	n := len(t.next)
+	if m.Partition != wire.PartitionAny {
+		n = 1
+	}
+	fb.mu.Unlock()
+	resp := wire.SubscribeResponse{SubscriptionID: s.id, Partitions: uint32(n)}
+	fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	fb.wg.Add(1)
+	go fc.pump(s)
+}
+
+// pump pushes the subscription's batches while it has credit, subtracting each batch's size.
+func (fc *fakeConn) pump(s *fakeSub) {
+	fb := fc.fb
+	defer fb.wg.Done()
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	for {
+		if s.closed || fc.dead || fb.closed {
+			return
+		}
+		sent := false
+		if s.credit > 0 {
+			np := len(s.cursor)
+			for i := 0; i < np && !sent; i++ {
+				p := (s.lastPar + 1 + i) % np
+				if s.part != wire.PartitionAny && int32(p) != s.part {
+					continue
+				}
+				if p >= len(s.topic.batches) || s.cursor[p] >= len(s.topic.batches[p]) {
+					continue
+				}
+				batch := s.topic.batches[p][s.cursor[p]]
+				s.cursor[p]++
+				s.lastPar = p
+				s.credit -= int64(len(batch))
+				fb.delivered += int64(len(batch))
+				d := wire.Deliver{Partition: uint32(p), Dropped: fb.nextDropped, Batch: batch}
+				fb.nextDropped = 0
+				frame := d.AppendTo(nil)
+				fb.mu.Unlock()
+				fc.write(wire.OpDeliver, 0, s.id, frame)
+				fb.mu.Lock()
+				sent = true
+			}
+		}
+		if !sent {
+			fb.cond.Wait()
+		}
+	}
+}

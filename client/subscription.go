@@ -1,0 +1,454 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// SubscribeOptions configure a push subscription to a transient topic. Only Topic is required.
+type SubscribeOptions struct {
+	Topic string
+	// Partition is used when HasPartition is set; otherwise every partition is subscribed.
+	Partition    int32
+	HasPartition bool
+	// Group is empty for fan-out (every subscriber gets every message) or names a queue
+	// group (each message goes to one member).
+	Group string
+	// Window is the credit window in bytes of batches, default 4 MiB. The client grants it
+	// at SUBSCRIBE and grants consumed bytes back in CREDIT frames once half of it has been
+	// consumed, so at most about Window bytes of batches (plus one batch) wait in the client.
+	Window int
+	// Buffer is the capacity, in messages, of the channel returned by Messages. Default 256.
+	// The batch queue between the reader goroutine and the consumer is bounded by Window,
+	// not by a count, so that a slow consumer never stalls the connection's reader.
+	Buffer int
+}
+
+// Received is one delivered message. In Each it aliases the subscription's buffers and is
+// valid only during the handler call: copy what you keep. Values from Messages own their
+// memory.
+type Received struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Key       []byte
+	Value     []byte
+	Headers   []wire.RecordHeader
+	// Dropped is the number of messages of this partition lost just before this one because
+	// the subscriber fell behind the broker's ring.
+	Dropped uint64
+}
+
+// Subscription receives the batches the broker pushes for one SUBSCRIBE. Consume it with
+// Each (no allocation per message) or Messages (a channel of copies), not both, and from one
+// goroutine at a time. Close, Dropped, Err and the accessors are safe from any goroutine.
+type Subscription struct {
+	c          *Conn
+	topic      string
+	id         uint32
+	partitions int
+	window     int
+	maxBatch   int
+	buffer     int
+	dropped    atomic.Uint64
+
+	mu     sync.Mutex
+	queue  []queuedBatch
+	head   int
+	free   [][]byte
+	err    error         // terminal; the queue is still drained after a connection loss
+	signal chan struct{} // cap 1: a batch was queued
+	done   chan struct{} // closed with err
+
+	closeOnce sync.Once
+	closeErr  error
+	msgsOnce  sync.Once
+	msgs      chan Received
+	msgsCtx   context.Context
+	msgsStop  context.CancelFunc
+
+	// Consumer state, owned by whoever holds consumeMu.
+	consumeMu sync.Mutex
+	comp      wire.Compressor
+	dbuf      []byte
+	cur       queuedBatch
+	curActive bool
+	first     bool
+	it        wire.RecordIter
+	rec       wire.Record
+	recv      Received
+	consumed  int
+	credit    [8]byte
+}
+
+type queuedBatch struct {
+	buf       []byte
+	partition uint32
+	dropped   uint64
+}
+
+// maxFreeBuffers bounds the batch buffers a subscription keeps for reuse.
+const maxFreeBuffers = 32
+
+// subCall is the pending slot of a SUBSCRIBE. Its response registers the subscription on the
+// reader goroutine, before the first DELIVER can be read.
+type subCall struct {
+	c         *Conn
+	s         *Subscription
+	done      chan struct{}
+	mu        sync.Mutex
+	abandoned bool
+	responded bool
+	err       error
+}
+
+func (sc *subCall) respond(body []byte, err error) {
+	if err == nil {
+		var r wire.SubscribeResponse
+		if derr := r.Decode(body); derr != nil {
+			err = fmt.Errorf("%w: SUBSCRIBE response: %w", ErrProtocol, derr)
+		} else {
+			sc.s.id, sc.s.partitions = r.SubscriptionID, int(r.Partitions)
+			sc.c.mu.Lock()
+			if sc.c.err != nil {
+				err = sc.c.err
+			} else {
+				sc.c.subs[r.SubscriptionID] = sc.s
+			}
+			sc.c.mu.Unlock()
+		}
+	}
+	sc.mu.Lock()
+	sc.err = err
+	sc.responded = true
+	abandoned := sc.abandoned
+	sc.mu.Unlock()
+	if abandoned && err == nil {
+		go sc.s.Close() // the caller gave up: do not leave the broker pushing to nobody
+	}
+	close(sc.done)
+}
+
+// Subscribe subscribes to a transient topic and returns once the broker has accepted.
+func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscription, error) {
+	if err := wire.ValidTopicName(opts.Topic); err != nil {
+		return nil, fmt.Errorf("lightq: %w", err)
+	}
+	if len(opts.Group) > wire.MaxGroupName {
+		return nil, fmt.Errorf("lightq: group name of %d bytes, limit %d", len(opts.Group), wire.MaxGroupName)
+	}
+	if opts.Window <= 0 {
+		opts.Window = 4 << 20
+	}
+	opts.Window = min(opts.Window, 1<<31-1)
+	if opts.Buffer <= 0 {
+		opts.Buffer = 256
+	}
+	part := wire.PartitionAny
+	if opts.HasPartition {
+		if opts.Partition < 0 {
+			return nil, fmt.Errorf("lightq: partition %d", opts.Partition)
+		}
+		part = opts.Partition
+	}
+	s := &Subscription{
+		c: c, topic: opts.Topic, window: opts.Window, maxBatch: c.Limits().MaxBatch, buffer: opts.Buffer,
+		signal: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	s.recv.Topic = opts.Topic
+	s.msgsCtx, s.msgsStop = context.WithCancel(context.Background())
+
+	req := wire.Subscribe{Topic: opts.Topic, Partition: part, Group: opts.Group, Credit: uint32(opts.Window)}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	sc := &subCall{c: c, s: s, done: make(chan struct{})}
+	corr := c.nextCorr()
+	if err := c.register(corr, wire.OpSubscribe, sc); err != nil {
+		return nil, err
+	}
+	if err := c.writeFrame(wire.OpSubscribe, corr, req.AppendTo(nil)); err != nil {
+		if c.unregister(corr) {
+			return nil, err
+		}
+	}
+	select {
+	case <-sc.done:
+	case <-ctx.Done():
+		sc.mu.Lock()
+		responded := sc.responded
+		sc.abandoned = !responded
+		sc.mu.Unlock()
+		if !responded {
+			return nil, ctx.Err() // respond will unsubscribe if the broker accepts
+		}
+		<-sc.done // answered meanwhile: take the outcome
+	}
+	if sc.err != nil {
+		return nil, sc.err
+	}
+	return s, nil
+}
+
+// SubscribeFunc subscribes, calls handler for every message until ctx ends or handler
+// returns an error, and unsubscribes. It returns what ended it. See Subscription.Each.
+func (c *Conn) SubscribeFunc(ctx context.Context, opts SubscribeOptions, handler func(*Received) error) error {
+	s, err := c.Subscribe(ctx, opts)
+	if err != nil {
+		return err
+	}
+	err = s.Each(ctx, handler)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ID is the broker's subscription id.
+func (s *Subscription) ID() uint32 { return s.id }
+
+// Partitions is the number of partitions subscribed.
+func (s *Subscription) Partitions() int { return s.partitions }
+
+// Dropped is the total number of messages lost so far because the subscriber fell behind,
+// as reported in the batches consumed.
+func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
+
+// Err is nil while the subscription is active, ErrClosed after Close, or the connection's
+// error.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// deliver queues a DELIVER's batch; it runs on the reader goroutine and never blocks.
+func (s *Subscription) deliver(body []byte) error {
+	var d wire.Deliver
+	if err := d.Decode(body); err != nil {
+		return fmt.Errorf("%w: DELIVER body: %w", ErrProtocol, err)
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	var buf []byte
+	if n := len(s.free); n > 0 {
+		buf = s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+	}
+	buf = append(buf[:0], d.Batch...)
+	s.queue = append(s.queue, queuedBatch{buf: buf, partition: d.Partition, dropped: d.Dropped})
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// fail ends the subscription with err (the first call wins).
+func (s *Subscription) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	s.err = err
+	if errors.Is(err, ErrClosed) {
+		clear(s.queue)
+		s.queue, s.head, s.free = nil, 0, nil
+	}
+	close(s.done)
+}
+
+// oneWayError receives an ERROR answering one of this subscription's CREDIT frames.
+func (s *Subscription) oneWayError(err *wire.Error) { s.fail(err) }
+
+// pop waits for the next queued batch.
+func (s *Subscription) pop(ctx context.Context) (queuedBatch, error) {
+	for {
+		s.mu.Lock()
+		if s.head < len(s.queue) {
+			q := s.queue[s.head]
+			s.queue[s.head] = queuedBatch{}
+			s.head++
+			if s.head == len(s.queue) {
+				s.queue, s.head = s.queue[:0], 0
+			} else if s.head > 64 && s.head > len(s.queue)/2 {
+				n := copy(s.queue, s.queue[s.head:])
+				clear(s.queue[n:])
+				s.queue, s.head = s.queue[:n], 0
+			}
+			s.mu.Unlock()
+			return q, nil
+		}
+		err := s.err
+		s.mu.Unlock()
+		if err != nil {
+			return queuedBatch{}, err
+		}
+		select {
+		case <-s.signal:
+		case <-s.done:
+		case <-ctx.Done():
+			return queuedBatch{}, ctx.Err()
+		}
+	}
+}
+
+// open starts iterating a batch.
+func (s *Subscription) open(q queuedBatch) error {
+	bt, err := wire.ParseBatch(q.buf, s.maxBatch)
+	if err != nil {
+		return err
+	}
+	records := bt.Records
+	if bt.Codec() != wire.CodecNone {
+		if s.dbuf, err = s.comp.Decompress(s.dbuf[:0], &bt); err != nil {
+			return err
+		}
+		records = s.dbuf
+	}
+	s.it = wire.NewRecordIter(records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
+	s.cur, s.curActive, s.first = q, true, true
+	s.recv.Partition = int32(q.partition)
+	if q.dropped > 0 {
+		s.dropped.Add(q.dropped)
+	}
+	return nil
+}
+
+// release recycles a consumed batch's buffer and grants its bytes back as credit once half
+// the window has been consumed.
+func (s *Subscription) release(q queuedBatch) {
+	s.curActive = false
+	s.cur = queuedBatch{}
+	s.consumed += len(q.buf)
+	s.mu.Lock()
+	if s.err == nil && len(s.free) < maxFreeBuffers {
+		s.free = append(s.free, q.buf)
+	}
+	s.mu.Unlock()
+	if s.consumed < s.window/2 {
+		return
+	}
+	grant := s.consumed
+	s.consumed = 0
+	corr := s.c.nextCorr()
+	s.c.registerOneWay(corr, s)
+	cr := wire.Credit{SubscriptionID: s.id, Bytes: uint32(grant)}
+	_ = s.c.writeFrame(wire.OpCredit, corr, cr.AppendTo(s.credit[:0]))
+}
+
+// Each calls handler for every message, in order per partition, until ctx ends, handler
+// returns an error, or the subscription ends; it returns that error (ErrClosed after Close).
+// The *Received is reused: it is valid only during the call. Each does not allocate per
+// message. When handler returns an error, the next Each resumes after that message. A batch
+// that fails to decode is skipped and its error returned. The context is checked between
+// batches.
+func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) error {
+	s.consumeMu.Lock()
+	defer s.consumeMu.Unlock()
+	for {
+		if !s.curActive {
+			q, err := s.pop(ctx)
+			if err != nil {
+				if s.Err() != nil {
+					s.comp.Close()
+					s.comp = wire.Compressor{}
+				}
+				return err
+			}
+			if err := s.open(q); err != nil {
+				s.release(q)
+				return fmt.Errorf("lightq: %s partition %d: %w", s.topic, q.partition, err)
+			}
+		}
+		r := &s.recv
+		for s.it.Next(&s.rec) {
+			r.Offset = s.rec.Offset
+			r.Timestamp = time.UnixMilli(s.rec.Timestamp)
+			r.Key, r.Value, r.Headers = s.rec.Key, s.rec.Value, s.rec.Headers
+			r.Dropped = 0
+			if s.first {
+				r.Dropped = s.cur.dropped
+				s.first = false
+			}
+			if err := handler(r); err != nil {
+				return err
+			}
+		}
+		err := s.it.Err()
+		part := s.cur.partition
+		s.release(s.cur)
+		if err != nil {
+			return fmt.Errorf("lightq: %s partition %d: %w", s.topic, part, err)
+		}
+	}
+}
+
+// Messages returns a channel of copies of the subscription's messages, closed when the
+// subscription ends (see Err). It is the convenient API: every message costs allocations.
+// Calling it more than once returns the same channel; do not combine it with Each.
+func (s *Subscription) Messages() <-chan Received {
+	s.msgsOnce.Do(func() {
+		s.msgs = make(chan Received, s.buffer)
+		go func() {
+			defer close(s.msgs)
+			ctx := s.msgsCtx
+			_ = s.Each(ctx, func(r *Received) error {
+				m := *r
+				m.Key = append([]byte(nil), r.Key...)
+				m.Value = append([]byte(nil), r.Value...)
+				if len(r.Headers) > 0 {
+					m.Headers = make([]wire.RecordHeader, len(r.Headers))
+					for i, h := range r.Headers {
+						m.Headers[i] = wire.RecordHeader{Name: append([]byte(nil), h.Name...), Value: append([]byte(nil), h.Value...)}
+					}
+				}
+				select {
+				case s.msgs <- m:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		}()
+	})
+	return s.msgs
+}
+
+// Close unsubscribes (bounded by Options.RequestTimeout) and ends Each and Messages with
+// ErrClosed. It is idempotent and safe from any goroutine, including a handler.
+func (s *Subscription) Close() error {
+	s.closeOnce.Do(func() {
+		c := s.c
+		c.mu.Lock()
+		if c.subs != nil && c.subs[s.id] == s {
+			delete(c.subs, s.id)
+		}
+		c.mu.Unlock()
+		s.fail(ErrClosed)
+		s.msgsStop()
+		if c.Err() != nil {
+			return
+		}
+		ctx, cancel := c.withTimeout(context.Background())
+		defer cancel()
+		req := wire.Unsubscribe{SubscriptionID: s.id}
+		_, err := c.roundTrip(ctx, wire.OpUnsubscribe, req.AppendTo(nil))
+		if err != nil && !errors.Is(err, &wire.Error{Code: wire.CodeUnknownSubscription}) && !errors.Is(err, ErrClosed) {
+			s.closeErr = err
+		}
+	})
+	return s.closeErr
+}
