@@ -88,10 +88,6 @@ func (c *conn) complete(fn func(*conn)) {
 	c.wake()
 }
 
-func (c *conn) authDeadlinePassed(now time.Time) bool {
-	return c.principal == nil && now.After(c.authDeadline)
-}
-
 // onTraffic is the connection's whole turn on its loop: finished background work, input
 // frames, then deliveries, with responses written in one go.
 func (c *conn) onTraffic() gnet.Action {

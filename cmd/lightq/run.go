@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"sort"
 	"strconv"
@@ -50,6 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	configFile := fs.String("config", "", "read settings from this file (key = value lines, as --print-config shows)")
 	printConfig := fs.Bool("print-config", false, "print the embedded default configuration and exit")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (debugging; keep it on loopback)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -99,6 +102,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		fmt.Fprintln(stderr, "lightq:", err)
 		return 2
+	}
+	if *pprofAddr != "" {
+		go func() {
+			err := http.ListenAndServe(*pprofAddr, nil)
+			cfg.Logger.Error().Err(err).Msg("pprof server stopped")
+		}()
 	}
 	srv, err := broker.New(cfg)
 	if err != nil {

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/lightq/lightq/client"
+)
+
+// consumer is one subscription's measurements. Only its goroutine writes them until done.
+type consumer struct {
+	received  int64        // the handler goroutine's count
+	seen      atomic.Int64 // received, published every 256 messages for the watchdog
+	dropped   uint64
+	first     time.Time // first message received
+	last      time.Time // last message received
+	hist      *hdrhistogram.Histogram
+	errCount  int64
+	progress  func(int64)
+	sinceProg int64
+}
+
+func newHistogram() *hdrhistogram.Histogram {
+	// 1 µs to 100 s at 3 significant digits.
+	return hdrhistogram.New(1, 100_000_000, 3)
+}
+
+// handle records one message. It runs per message: no allocation.
+func (c *consumer) handle(m *client.Received) error {
+	now := time.Now()
+	if c.received == 0 {
+		c.first = now
+	}
+	c.last = now
+	c.received++
+	c.dropped += m.Dropped
+	if len(m.Value) >= StampSize {
+		sent := int64(binary.BigEndian.Uint64(m.Value))
+		us := (now.UnixNano() - sent) / 1000
+		if us < 1 {
+			us = 1
+		}
+		if c.hist.RecordValue(us) != nil {
+			c.errCount++
+		}
+	}
+	if c.received&255 == 0 {
+		c.seen.Store(c.received)
+	}
+	if c.sinceProg++; c.sinceProg == 4096 && c.progress != nil {
+		c.progress(c.sinceProg)
+		c.sinceProg = 0
+	}
+	return nil
+}
+
+// consumeAll subscribes cfg.Consumers times and receives until each has accounted for the
+// expected number of messages (received or dropped), it was idle for IdleTimeout, or ctx
+// ends. ready is closed once every subscription is in place.
+func consumeAll(ctx context.Context, cfg *Config, expect int64, ready chan<- struct{}, progress func(int64)) ([]*consumer, error) {
+	type sub struct {
+		conn *client.Conn
+		s    *client.Subscription
+	}
+	subs := make([]sub, cfg.Consumers)
+	for i := range subs {
+		c, err := dial(ctx, cfg, fmt.Sprintf("lqbench-consumer-%d", i))
+		if err != nil {
+			return nil, fmt.Errorf("consumer connection: %w", err)
+		}
+		defer c.Close()
+		s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: cfg.Topic, Group: cfg.Group, Window: cfg.Window})
+		if err != nil {
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
+		subs[i] = sub{c, s}
+	}
+	if ready != nil {
+		close(ready)
+	}
+	if cfg.Group != "" {
+		expect = (expect + int64(cfg.Consumers) - 1) / int64(cfg.Consumers) // roughly; idle ends the rest
+	}
+	out := make([]*consumer, len(subs))
+	var wg sync.WaitGroup
+	var groupTotal atomic.Int64
+	for i, sb := range subs {
+		cs := &consumer{hist: newHistogram(), progress: progress}
+		out[i] = cs
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var lastCount int64
+			lastChange := time.Now()
+			done := make(chan struct{})
+			go func() { // idle and completion watchdog
+				t := time.NewTicker(10 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-done:
+						return
+					case <-t.C:
+						n := cs.seen.Load()
+						if n != lastCount {
+							lastCount, lastChange = n, time.Now()
+						}
+						total := n + int64(sb.s.Dropped())
+						if cfg.Group != "" {
+							total = groupTotal.Load() + n
+						}
+						if total >= expect || time.Since(lastChange) > cfg.IdleTimeout {
+							cancel()
+							return
+						}
+					}
+				}
+			}()
+			err := sb.s.Each(runCtx, cs.handle)
+			close(done)
+			cs.seen.Store(cs.received)
+			if cfg.Group != "" {
+				groupTotal.Add(cs.received)
+			}
+			if err != nil && !errors.Is(err, context.Canceled) {
+				cs.errCount++
+			}
+			cs.dropped = sb.s.Dropped()
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+func runConsume(ctx context.Context, cfg *Config, ready chan<- struct{}) (*Result, error) {
+	bar := newProgress(cfg, int64(cfg.Messages*cfg.Producers*cfg.Consumers), "consuming")
+	cons, err := consumeAll(ctx, cfg, int64(cfg.Messages*cfg.Producers), ready, bar.add)
+	bar.finish()
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{Mode: "consume", Size: cfg.Size}
+	r.addConsumers(cons)
+	return r, nil
+}
+
+func runE2E(ctx context.Context, cfg *Config) (*Result, error) {
+	ready := make(chan struct{})
+	type consumeOut struct {
+		cons []*consumer
+		err  error
+	}
+	outc := make(chan consumeOut, 1)
+	bar := newProgress(cfg, int64(cfg.Messages*cfg.Producers*cfg.Consumers), "end to end")
+	go func() {
+		cons, err := consumeAll(ctx, cfg, int64(cfg.Messages*cfg.Producers), ready, bar.add)
+		outc <- consumeOut{cons, err}
+	}()
+	select {
+	case <-ready:
+	case out := <-outc:
+		return nil, out.err
+	}
+	st, perr := produceAll(ctx, cfg, nil)
+	out := <-outc
+	bar.finish()
+	if perr != nil {
+		return nil, perr
+	}
+	if out.err != nil {
+		return nil, out.err
+	}
+	r := &Result{Mode: "e2e", Size: cfg.Size, Failed: st.failed.Load()}
+	r.addConsumers(out.cons)
+	r.Produced = st.sent.Load()
+	r.ProduceSeconds = st.end.Sub(st.start).Seconds()
+	// The original's figures: from the first send to the last receive.
+	var lastRecv time.Time
+	var firstRecv time.Time
+	for _, c := range out.cons {
+		if c.last.After(lastRecv) {
+			lastRecv = c.last
+		}
+		if firstRecv.IsZero() || (!c.first.IsZero() && c.first.Before(firstRecv)) {
+			firstRecv = c.first
+		}
+	}
+	if r.Messages > 0 {
+		r.setRate(lastRecv.Sub(st.start))
+		r.FirstMessageDelayUs = float64(firstRecv.Sub(st.start).Microseconds())
+		r.AverageLatencyUs = float64(lastRecv.Sub(st.start).Nanoseconds()) / 1000 / float64(r.Messages)
+	}
+	if e, ok := st.firstErr.Load().(error); ok {
+		r.FirstError = e.Error()
+	}
+	return r, nil
+}
