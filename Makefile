@@ -6,7 +6,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test unit race lint fuzz fuzz-short bench build-386 clean
+.PHONY: all build run test unit race lint fuzz fuzz-short bench bench-e2e build-386 clean
 
 all: build
 
@@ -51,6 +51,10 @@ fuzz:
 # Micro-benchmarks with allocations.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+# Broker and clients as separate processes on loopback: lqbench e2e for 100 and 1024 bytes.
+bench-e2e:
+	./tools/bench-e2e.sh
 
 clean:
 	rm -rf $(BIN)
