@@ -48,7 +48,6 @@ type conn struct {
 
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
-	drained     atomic.Bool // nothing left to send during shutdown
 
 	mu          sync.Mutex // guards completions
 	completions []func(*conn)
@@ -108,8 +107,11 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.closed {
 		return gnet.None
 	}
-	if c.srv.stopping.Load() {
-		c.drained.Store(c.gc.OutboundBuffered() == 0 && !c.hasDeliverable())
+	if c.srv.stopping.Load() && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused {
+		// Drained: say goodbye and close (see Server.Shutdown).
+		c.sendError(0, wire.CodeShuttingDown, "broker is shutting down")
+		c.flush()
+		return gnet.Close
 	}
 	return gnet.None
 }

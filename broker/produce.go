@@ -12,6 +12,11 @@ import (
 // on the producer's loop and allocates nothing: the batch is checked in place in gnet's read
 // buffer and copied once, into the ring.
 func (c *conn) handleProduce(corr uint32, body []byte) {
+	if c.srv.stopping.Load() {
+		// Nothing new is accepted while the broker drains what it already acknowledged.
+		c.sendError(corr, wire.CodeShuttingDown, "broker is shutting down; batch not stored")
+		return
+	}
 	var m wire.Produce
 	if !c.decodeOr(corr, wire.OpProduce, m.Decode(body)) {
 		return

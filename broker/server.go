@@ -195,10 +195,11 @@ func listenerAddr(eng gnet.Engine) (string, error) {
 	return "", fmt.Errorf("listener has a %T address", sa)
 }
 
-// Shutdown stops the broker gracefully: new connections are refused, every connection gets
-// what its credit allows of the messages already accepted and its buffered output flushed
-// (for at most Config.ShutdownDrain or until ctx ends), then connections are closed and the
-// loops stop. Safe to call more than once.
+// Shutdown stops the broker gracefully: new connections and new batches are refused with
+// SHUTTING_DOWN; every connection gets what its credit allows of the messages already
+// accepted and its buffered output flushed, then a SHUTTING_DOWN error and a close. After
+// Config.ShutdownDrain (or when ctx ends) the connections still open are closed as they are
+// and the loops stop. Safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.stopOnce.Do(func() {
@@ -226,18 +227,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// undrained wakes every connection and counts those with output still queued.
+// undrained wakes every connection, so that drained ones close themselves, and counts those
+// still open.
 func (s *Server) undrained() int {
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()
-	n := 0
 	for c := range s.conns {
-		if !c.drained.Load() {
-			n++
-			c.wake()
-		}
+		c.wake()
 	}
-	return n
+	return len(s.conns)
 }
 
 // OnBoot publishes the engine to Start.
