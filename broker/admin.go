@@ -104,6 +104,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 		return func(c *conn) {
 			if !ok {
 				c.log.Info().Str("user", m.User).Dur("delay", delay).Msg("failed login")
+				c.setPrincipal(nil)
 				if s.throttle.Blocked(c.remote, time.Now()) {
 					c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
 					return
@@ -111,10 +112,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 				c.sendError(corr, wire.CodeAuthFailed, "wrong user or password")
 				return
 			}
-			c.principal = &principal{user: m.User, admin: user.Admin}
-			s.connsMu.Lock()
-			delete(s.preauth, c)
-			s.connsMu.Unlock()
+			c.setPrincipal(&principal{user: m.User, admin: user.Admin})
 			role := wire.RoleUser
 			if user.Admin {
 				role = wire.RoleAdmin
@@ -192,13 +190,17 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		return answer(wire.CodeInvalidRequest, "the admin user cannot be a topic user")
 	}
 	mt := meta.Topic{Name: m.Name, Kind: m.Kind, Partitions: int(m.Partitions), User: m.User, Options: m.Options, CreatedAt: time.Now().UTC()}
-	if _, err := s.buildTopic(mt); err != nil {
+	shape, err := s.parseTopicOptions(mt)
+	if err != nil {
 		return err
 	}
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	if _, exists := (*s.topics.Load())[m.Name]; exists {
 		return answer(wire.CodeTopicExists, "topic %q exists", m.Name)
+	}
+	if need := shape.memory(mt); s.ringMemory+need > s.cfg.MaxRingMemory {
+		return answer(wire.CodeResourceLimit, "topic needs %d bytes of ring memory; %d of %d in use", need, s.ringMemory, s.cfg.MaxRingMemory)
 	}
 	user, userExists := (*s.users.Load())[m.User]
 	if userExists {
@@ -222,10 +224,8 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	}); err != nil {
 		return err
 	}
-	t, err := s.buildTopic(mt)
-	if err != nil {
-		return err
-	}
+	t := newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, shape.ringBytes, shape.ringSlots)
+	s.ringMemory += shape.memory(mt)
 	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
 		topics[m.Name] = t
 		users[m.User] = user
@@ -251,27 +251,49 @@ func (s *Server) publish(change func(map[string]*topic, map[string]meta.User)) {
 	s.users.Store(&users)
 }
 
-// buildTopic makes a live topic from its metadata, applying its options.
-func (s *Server) buildTopic(mt meta.Topic) (*topic, error) {
-	ringBytes, ringSlots := s.cfg.RingBytes, s.cfg.RingSlots
+// topicShape is what a topic's options make of it, checked before anything is allocated.
+type topicShape struct {
+	ringBytes, ringSlots int
+}
+
+// memory is the ring memory a topic of this shape preallocates.
+func (sh topicShape) memory(mt meta.Topic) int64 {
+	if mt.Kind != wire.KindTransient {
+		return 0
+	}
+	return int64(sh.ringBytes) * int64(mt.Partitions)
+}
+
+// parseTopicOptions validates a topic's options against the broker's limits.
+func (s *Server) parseTopicOptions(mt meta.Topic) (topicShape, error) {
+	sh := topicShape{ringBytes: s.cfg.RingBytes, ringSlots: s.cfg.RingSlots}
 	for _, o := range mt.Options {
 		v, err := strconv.ParseInt(o.Value, 10, 64)
 		switch o.Key {
 		case "ring.bytes":
 			if err != nil || v < int64(2*s.cfg.Limits.MaxBatch) || v > 1<<30 {
-				return nil, answer(wire.CodeInvalidRequest, "ring.bytes must be an integer in [%d, %d]", 2*s.cfg.Limits.MaxBatch, 1<<30)
+				return sh, answer(wire.CodeInvalidRequest, "ring.bytes must be an integer in [%d, %d]", 2*s.cfg.Limits.MaxBatch, 1<<30)
 			}
-			ringBytes = int(v)
+			sh.ringBytes = int(v)
 		case "ring.slots":
 			if err != nil || v < 2 || v > 1<<20 {
-				return nil, answer(wire.CodeInvalidRequest, "ring.slots must be an integer in [2, %d]", 1<<20)
+				return sh, answer(wire.CodeInvalidRequest, "ring.slots must be an integer in [2, %d]", 1<<20)
 			}
-			ringSlots = int(v)
+			sh.ringSlots = int(v)
 		default:
-			return nil, answer(wire.CodeInvalidRequest, "unknown topic option %q (transient topics know ring.bytes and ring.slots)", o.Key)
+			return sh, answer(wire.CodeInvalidRequest, "unknown topic option %q (transient topics know ring.bytes and ring.slots)", o.Key)
 		}
 	}
-	return newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, ringBytes, ringSlots), nil
+	return sh, nil
+}
+
+// buildTopic makes a live topic from its metadata, applying its options.
+func (s *Server) buildTopic(mt meta.Topic) (*topic, error) {
+	sh, err := s.parseTopicOptions(mt)
+	if err != nil {
+		return nil, err
+	}
+	return newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, sh.ringBytes, sh.ringSlots), nil
 }
 
 func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
@@ -319,6 +341,7 @@ func (s *Server) deleteTopic(name string) error {
 		return err
 	}
 	t.deleted.Store(true)
+	s.ringMemory -= t.ringMemory()
 	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
 		delete(topics, name)
 		if dropUser {

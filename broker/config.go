@@ -35,8 +35,9 @@ type Config struct {
 	// loses the oldest messages if the ring moves on (it is told how many).
 	HighWaterMark int
 
-	RingBytes int // default arena size of a transient partition
-	RingSlots int // default batch capacity of a transient partition
+	RingBytes     int   // default arena size of a transient partition
+	RingSlots     int   // default batch capacity of a transient partition
+	MaxRingMemory int64 // total ring memory of all transient topics; CREATE_TOPIC past it: RESOURCE_LIMIT
 
 	MaxSubscriptionsPerConn int
 	AuthWorkers             int // concurrent argon2 computations (each uses HashParams memory)
@@ -58,6 +59,7 @@ func DefaultConfig() Config {
 		HighWaterMark:           4 << 20,
 		RingBytes:               8 << 20,
 		RingSlots:               1024,
+		MaxRingMemory:           4 << 30,
 		MaxSubscriptionsPerConn: 1024,
 		AuthWorkers:             2,
 		AuthQueue:               256,

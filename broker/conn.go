@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -161,9 +162,16 @@ func (c *conn) readFrames() {
 		c.handle(h, body)
 		_, _ = c.gc.Discard(size)
 	}
-	// A paused connection keeps its input; bound what a client may send meanwhile.
-	if c.paused && c.gc.InboundBuffered() > 4*limits.MaxFrame {
-		c.sendError(0, wire.CodeResourceLimit, "too much input while a request holding the connection is running")
+	// A paused connection keeps its input, and gnet keeps reading: bound what a client may
+	// send meanwhile (before AUTH, to two pre-auth frames).
+	if c.paused && !c.fatal {
+		bound := 4 * limits.MaxFrame
+		if c.principal == nil {
+			bound = 2 * limits.PreAuthMaxFrame
+		}
+		if n := c.gc.InboundBuffered(); n > bound {
+			c.sendError(0, wire.CodeTooMuchInput, fmt.Sprintf("%d bytes sent while a request holding the connection was running (limit %d)", n, bound))
+		}
 	}
 }
 

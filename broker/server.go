@@ -59,9 +59,11 @@ type Server struct {
 
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
-	adminMu sync.Mutex                        // serialises topic and user changes
-	topics  atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
-	users   atomic.Pointer[map[string]meta.User]
+	adminMu    sync.Mutex // serialises topic and user changes
+	ringMemory int64      // under adminMu: ring bytes preallocated by live topics
+
+	topics atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
+	users  atomic.Pointer[map[string]meta.User]
 
 	eng      gnet.Engine
 	booted   chan gnet.Engine
@@ -100,7 +102,12 @@ func New(cfg Config) (*Server, error) {
 		stalled:  map[*conn]struct{}{},
 		preauth:  map[*conn]time.Time{},
 	}
-	if s.dummyHash, err = auth.Hash("lightq-unknown-user", cfg.HashParams); err != nil {
+	// A random password per process: nobody can make the dummy check succeed (and cached).
+	dummy, err := auth.GeneratePassword()
+	if err != nil {
+		return nil, err
+	}
+	if s.dummyHash, err = auth.Hash(dummy, cfg.HashParams); err != nil {
 		return nil, err
 	}
 	if err := s.ensureAdmin(); err != nil {
@@ -120,6 +127,7 @@ func (s *Server) loadTopics(st meta.State) {
 			continue
 		}
 		topics[mt.Name] = t
+		s.ringMemory += t.ringMemory()
 	}
 	users := make(map[string]meta.User, len(st.Users))
 	for k, u := range st.Users {
@@ -215,12 +223,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if n := s.undrained(); n > 0 {
 			s.log.Warn().Int("connections", n).Msg("drain deadline passed; closing connections with output still queued")
 		}
-		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if e := s.eng.Stop(stopCtx); e != nil && !errors.Is(e, context.Canceled) {
-			err = e
+		// Engine.Stop polls every 500 ms for the loops to end; gnet.Run returns as soon as
+		// they have, so wait for that instead.
+		stopErr := make(chan error, 1)
+		go func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			stopErr <- s.eng.Stop(stopCtx)
+		}()
+		select {
+		case <-s.done:
+		case e := <-stopErr:
+			if e != nil && !errors.Is(e, context.Canceled) {
+				err = e
+			}
+			<-s.done
 		}
-		<-s.done
 		s.pool.Close()
 		s.log.Info().Msg("stopped")
 	})

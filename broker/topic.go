@@ -93,6 +93,17 @@ func (p *partition) wakeAll() {
 	}
 }
 
+// ringMemory is the arena memory the topic's rings preallocated.
+func (t *topic) ringMemory() int64 {
+	var n int64
+	for _, p := range t.parts {
+		if p.ring != nil {
+			n += int64(p.ring.ArenaBytes())
+		}
+	}
+	return n
+}
+
 // queueSize is the number of messages held in the topic's rings.
 func (t *topic) queueSize() uint64 {
 	var n uint64

@@ -46,6 +46,7 @@ const (
 	CodeUnknownSubscription Code = 23
 	CodeResourceLimit       Code = 24 // too many subscriptions or topics
 	CodeNotProtocol         Code = 25 // the peer does not speak LightQ (HTTP, TLS, ...); fatal
+	CodeTooMuchInput        Code = 26 // input piled up while a request held the connection; fatal
 )
 
 type codeInfo struct {
@@ -79,6 +80,7 @@ var codeTable = map[Code]codeInfo{
 	CodeUnknownSubscription: {"UNKNOWN_SUBSCRIPTION", false},
 	CodeResourceLimit:       {"RESOURCE_LIMIT", false},
 	CodeNotProtocol:         {"NOT_PROTOCOL", true},
+	CodeTooMuchInput:        {"TOO_MUCH_INPUT", true},
 }
 
 func (c Code) String() string {

@@ -58,6 +58,9 @@ func New(arenaBytes, slots int) *Ring {
 	return &Ring{arena: make([]byte, arenaBytes), slots: make([]slot, n), mask: uint64(n - 1)}
 }
 
+// ArenaBytes is the size of the ring's preallocated arena.
+func (r *Ring) ArenaBytes() int { return len(r.arena) }
+
 // MaxBatch is the largest batch Append accepts.
 func (r *Ring) MaxBatch() int { return len(r.arena) / 2 }
 

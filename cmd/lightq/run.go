@@ -150,6 +150,7 @@ var confHelp = map[string]string{
 	"high-water-mark": "bytes queued per connection before sending to it pauses",
 	"ring-bytes":      "memory of one transient partition",
 	"ring-slots":      "batches one transient partition holds at most",
+	"max-ring-memory": "ring memory of all transient topics together",
 	"hash-params":     "argon2id parameters for new credential hashes",
 	"shutdown-drain":  "time to flush output on shutdown",
 }
@@ -207,6 +208,11 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.HighWaterMark = num("high-water-mark")
 	cfg.RingBytes = num("ring-bytes")
 	cfg.RingSlots = num("ring-slots")
+	if v, err := strconv.ParseInt(set["max-ring-memory"], 10, 64); err != nil {
+		errs = append(errs, fmt.Errorf("max-ring-memory: %q is not an integer", set["max-ring-memory"]))
+	} else {
+		cfg.MaxRingMemory = v
+	}
 	cfg.ShutdownDrain = dur("shutdown-drain")
 	p, err := parseHashParams(set["hash-params"])
 	if err != nil {
