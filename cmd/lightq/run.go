@@ -99,6 +99,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 
 	cfg, err := buildConfig(settings, getenv, stderr)
+	if err == nil {
+		err = cfg.Validate()
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "lightq:", err)
 		return 2
@@ -267,5 +270,8 @@ func parseHashParams(s string) (auth.Params, error) {
 	if seen != 3 {
 		return p, fmt.Errorf("hash-params: %q needs m, t and p", s)
 	}
-	return p, p.Validate()
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("hash-params: %q: %w", s, err)
+	}
+	return p, nil
 }

@@ -70,6 +70,11 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintln(stderr, "lqbench:", err)
 		return 2
 	}
+	cfg.Defaults()
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, "lqbench:", err)
+		return 2
+	}
 	if !o.json && !o.quiet {
 		if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 			cfg.Progress = stderr

@@ -17,7 +17,7 @@ import (
 // consumer is one subscription's measurements. Only its goroutine writes them until done.
 type consumer struct {
 	received  int64        // the handler goroutine's count
-	seen      atomic.Int64 // received, published every 256 messages for the watchdog
+	seen      atomic.Int64 // received, published for the watchdog
 	dropped   uint64
 	first     time.Time // first message received
 	last      time.Time // last message received
@@ -51,9 +51,7 @@ func (c *consumer) handle(m *client.Received) error {
 			c.errCount++
 		}
 	}
-	if c.received&255 == 0 {
-		c.seen.Store(c.received)
-	}
+	c.seen.Store(c.received)
 	if c.sinceProg++; c.sinceProg == 4096 && c.progress != nil {
 		c.progress(c.sinceProg)
 		c.sinceProg = 0
