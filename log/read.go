@@ -1,0 +1,180 @@
+package log
+
+import (
+	"fmt"
+	"sort"
+	"sync/atomic"
+
+	"github.com/lightq/lightq/log/vfs"
+)
+
+// Chunk is a byte range of whole batches in one segment file: bytes [Pos, Pos+Len) of File
+// hold the batches with offsets [BaseOffset, NextOffset). Send it with sendfile on File.Fd()
+// or read it with File.ReadAt; never close File. The file stays open, even if retention
+// deletes the segment, until Release.
+type Chunk struct {
+	File       vfs.File
+	Pos        int64
+	Len        int64
+	BaseOffset int64 // base offset of the first batch (<= the offset asked for)
+	NextOffset int64 // offset after the last batch: where to read next
+
+	seg      *segment
+	released atomic.Bool
+	hdr      [headerBytes]byte // scratch for header reads
+}
+
+// Release lets the segment file be closed. Idempotent; safe for concurrent use.
+func (c *Chunk) Release() {
+	if c != nil && c.released.CompareAndSwap(false, true) {
+		c.seg.release()
+	}
+}
+
+// Read returns the batches from the one containing offset: whole batches of one segment,
+// ending before limit (an offset, e.g. NextOffset or DurableOffset; clamped to NextOffset)
+// and within maxBytes, but always at least the first batch even if it is larger. It returns
+// (nil, nil) when offset >= limit, and an error wrapping ErrOffsetOutOfRange when offset is
+// below StartOffset or above NextOffset. Read does not wait for Appends and holds no lock
+// during I/O. Safe for concurrent use; Release every Chunk.
+func (l *Log) Read(offset, limit int64, maxBytes int) (*Chunk, error) {
+	l.segMu.RLock()
+	if l.closed {
+		l.segMu.RUnlock()
+		return nil, ErrClosed
+	}
+	start, next := l.segs[0].base, l.next.Load()
+	if offset < start || offset > next {
+		l.segMu.RUnlock()
+		return nil, fmt.Errorf("%w: offset %d, log %s holds [%d, %d)", ErrOffsetOutOfRange, offset, l.dir, start, next)
+	}
+	limit = min(limit, next)
+	if offset >= limit {
+		l.segMu.RUnlock()
+		return nil, nil
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset }) - 1
+	s := l.segs[i]
+	idx, size, segNext := s.idx, s.size, s.next
+	s.refs.Add(1)
+	l.segMu.RUnlock()
+
+	c := &Chunk{File: s.f, seg: s}
+	if err := c.locate(l.opts.MaxBatch, idx, size, segNext, offset, limit, int64(maxBytes)); err != nil {
+		s.release()
+		return nil, err
+	}
+	return c, nil
+}
+
+// locate fills in the chunk's range. A segment holds size bytes of batches with offsets
+// [s.base, segNext). The walk trusts only each batch's base offset and length field, so a
+// damaged record count or payload does not stop reads (the consumer's CRC check reports it).
+func (c *Chunk) locate(maxBatch int, idx []indexEntry, size, segNext, offset, limit, maxBytes int64) error {
+	s := c.seg
+	pos, rel := floor(idx, uint32(offset-s.base))
+	h, err := c.header(pos, size, s.base+int64(rel), maxBatch)
+	if err != nil {
+		return err
+	}
+	// Find the batch containing offset: the first whose successor starts after it.
+	curBase := h.base
+	var end, nextBase int64
+	for {
+		end = pos + int64(h.size)
+		nb, nh, err := c.successor(end, size, segNext, curBase, maxBatch)
+		if err != nil {
+			return err
+		}
+		if nb > offset {
+			nextBase, h = nb, nh
+			break
+		}
+		pos, curBase, h = end, nb, nh
+	}
+	c.Pos, c.BaseOffset = pos, curBase
+	// Extend by whole batches below limit and within maxBytes.
+	for end < size && nextBase < limit {
+		batchEnd := end + int64(h.size)
+		if batchEnd-pos > maxBytes {
+			break
+		}
+		after, nh, err := c.successor(batchEnd, size, segNext, h.base, maxBatch)
+		if err != nil {
+			return err
+		}
+		if after > limit {
+			break
+		}
+		end, nextBase, h = batchEnd, after, nh
+	}
+	c.Len, c.NextOffset = end-pos, nextBase
+	return nil
+}
+
+// header reads the batch header at pos and checks it has base offset want.
+func (c *Chunk) header(pos, size, want int64, maxBatch int) (header, error) {
+	h, err := readHeader(c.seg.f, c.seg.path, c.hdr[:], pos, size, maxBatch)
+	if err == nil && h.base != want {
+		err = fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, c.seg.path, pos, h.base, want)
+	}
+	return h, err
+}
+
+// successor returns the base offset of the batch starting at pos (segNext at the end) and
+// its header, checking that it follows prevBase.
+func (c *Chunk) successor(pos, size, segNext, prevBase int64, maxBatch int) (int64, header, error) {
+	if pos == size {
+		return segNext, header{}, nil
+	}
+	h, err := readHeader(c.seg.f, c.seg.path, c.hdr[:], pos, size, maxBatch)
+	if err == nil && (h.base <= prevBase || h.base >= segNext) {
+		err = fmt.Errorf("%w: %s at %d: base offset %d does not follow %d (segment ends at %d)", ErrCorrupt, c.seg.path, pos, h.base, prevBase, segNext)
+	}
+	return h.base, h, err
+}
+
+// OffsetForTime returns the first offset whose batch's max timestamp is >= ts (unix ms),
+// using the time index, or NextOffset when there is none. Safe for concurrent use.
+func (l *Log) OffsetForTime(ts int64) (int64, error) {
+	l.segMu.RLock()
+	if l.closed {
+		l.segMu.RUnlock()
+		return 0, ErrClosed
+	}
+	var s *segment
+	for _, cand := range l.segs {
+		if cand.maxTS >= ts {
+			s = cand
+			break
+		}
+	}
+	if s == nil {
+		next := l.next.Load()
+		l.segMu.RUnlock()
+		return next, nil
+	}
+	idx, tidx, size, segNext := s.idx, s.tidx, s.size, s.next
+	s.refs.Add(1)
+	l.segMu.RUnlock()
+	defer s.release()
+
+	pos, rel := floor(idx, timeFloor(tidx, ts))
+	want := s.base + int64(rel)
+	buf := make([]byte, headerBytes)
+	for pos < size {
+		h, err := readHeader(s.f, s.path, buf, pos, size, l.opts.MaxBatch)
+		if err != nil {
+			return 0, err
+		}
+		if h.base != want {
+			return 0, fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, s.path, pos, h.base, want)
+		}
+		if h.maxTS >= ts {
+			return h.base, nil
+		}
+		pos += int64(h.size)
+		want = h.base + int64(h.count)
+	}
+	return segNext, nil
+}

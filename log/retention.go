@@ -1,0 +1,71 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+)
+
+// EnforceRetention deletes the oldest whole segments while the log is larger than
+// RetentionBytes, and those whose newest record is older than RetentionAge. It never deletes
+// the active segment. The segments leave the log (StartOffset moves) under a short lock;
+// their files are unlinked afterwards, oldest first, without holding up Append, and each
+// descriptor is closed when the last Chunk on it is released. Safe for concurrent use.
+func (l *Log) EnforceRetention() error {
+	l.retMu.Lock()
+	defer l.retMu.Unlock()
+	if l.opts.RetentionBytes <= 0 && l.opts.RetentionAge <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	cutoff := l.opts.Now().Add(-l.opts.RetentionAge).UnixMilli()
+	l.segMu.Lock()
+	var total int64
+	for _, s := range l.segs {
+		total += s.size
+	}
+	k := 0
+	for ; k < len(l.segs)-1; k++ {
+		s := l.segs[k]
+		byBytes := l.opts.RetentionBytes > 0 && total > l.opts.RetentionBytes
+		byAge := l.opts.RetentionAge > 0 && s.maxTS < cutoff
+		if !byBytes && !byAge {
+			break
+		}
+		total -= s.size
+	}
+	dead := l.segs[:k:k]
+	if k > 0 {
+		l.segs = append([]*segment(nil), l.segs[k:]...)
+		l.start.Store(l.segs[0].base)
+	}
+	l.segMu.Unlock()
+	l.mu.Unlock()
+	if k == 0 {
+		return nil
+	}
+
+	var errs []error
+	for _, s := range dead {
+		l.opts.Logf("log %s: retention: deleting %s (offsets %d to %d, %d bytes)", l.dir, s.path, s.base, s.next-1, s.size)
+		for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			err := l.fsys.Remove(filepath.Join(l.dir, segmentName(s.base, suf)))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		s.release()
+	}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("log: retention: %w", err)
+	}
+	return nil
+}

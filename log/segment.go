@@ -1,0 +1,130 @@
+package log
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/wire"
+)
+
+// File names. NEVER CHANGE: existing logs are found by them.
+const (
+	logSuffix       = ".log"
+	indexSuffix     = ".index"
+	timeIndexSuffix = ".timeindex"
+	tmpSuffix       = ".tmp"
+	brokenInfix     = ".broken."
+	checkpointName  = "checkpoint"
+	segmentNameLen  = 20 // zero-padded decimal base offset
+)
+
+// Positions of the batch header fields the log reads (see wire/batch.go). NEVER CHANGE.
+const (
+	batchLengthPos = 8
+	batchCountPos  = 20
+	batchMaxTSPos  = 32
+	batchPrefix    = 12 // base offset + length: what the length field does not count
+)
+
+func segmentName(base int64, suffix string) string {
+	return fmt.Sprintf("%0*d%s", segmentNameLen, base, suffix)
+}
+
+// parseSegmentName returns the base offset of a segment file name with the given suffix.
+func parseSegmentName(name, suffix string) (int64, bool) {
+	digits, ok := strings.CutSuffix(name, suffix)
+	if !ok || len(digits) != segmentNameLen {
+		return 0, false
+	}
+	base, err := strconv.ParseInt(digits, 10, 64)
+	return base, err == nil && base >= 0
+}
+
+// segment is one segment file and its in-memory indexes.
+type segment struct {
+	base int64
+	path string
+	f    vfs.File
+	refs atomic.Int32 // 1 for the log while listed, plus 1 per unreleased Chunk or Sync
+
+	// Published under Log.segMu (by writers holding Log.mu).
+	size  int64 // bytes of whole batches
+	next  int64 // offset after the last batch
+	maxTS int64 // largest batch max timestamp; math.MinInt64 when empty
+	idx   []indexEntry
+	tidx  []timeEntry
+
+	// Writer state, under Log.mu only.
+	sinceIndex int       // bytes appended since the last index entry
+	created    time.Time // for SegmentAge
+}
+
+func newSegment(base int64, path string, f vfs.File, now time.Time) *segment {
+	s := &segment{base: base, path: path, f: f, next: base, maxTS: math.MinInt64, created: now}
+	s.refs.Store(1)
+	return s
+}
+
+// release drops one reference; the last one closes the file.
+func (s *segment) release() {
+	if s.refs.Add(-1) == 0 {
+		s.f.Close() // read-only use by now; nothing to lose
+	}
+}
+
+// add records a batch appended at s.size. Log.segMu held for writing.
+func (s *segment) add(base int64, count uint32, size int, maxTS int64, interval int) {
+	if maxTS > s.maxTS {
+		s.maxTS = maxTS
+	}
+	if s.size > 0 && s.sinceIndex >= interval {
+		rel := uint32(base - s.base)
+		s.idx = append(s.idx, indexEntry{rel: rel, pos: uint32(s.size)})
+		if n := len(s.tidx); n == 0 || s.maxTS > s.tidx[n-1].ts {
+			s.tidx = append(s.tidx, timeEntry{ts: s.maxTS, rel: rel})
+		}
+		s.sinceIndex = 0
+	}
+	s.sinceIndex += size
+	s.size += int64(size)
+	s.next = base + int64(count)
+}
+
+// header is the part of a batch header the log walks by.
+type header struct {
+	base  int64
+	size  int // whole batch
+	count uint32
+	maxTS int64
+}
+
+// headerBytes is how much of a batch header readHeader reads.
+const headerBytes = batchMaxTSPos + 8
+
+// readHeader reads and sanity-checks the header of the batch at pos in a file holding size
+// valid bytes: the length must fit MaxBatch and the file. buf must hold headerBytes.
+func readHeader(f vfs.File, path string, buf []byte, pos, size int64, maxBatch int) (header, error) {
+	if size-pos < wire.BatchHeaderSize {
+		return header{}, fmt.Errorf("%w: %s at %d: %d bytes left, less than a batch header", ErrCorrupt, path, pos, size-pos)
+	}
+	if _, err := f.ReadAt(buf[:headerBytes], pos); err != nil {
+		return header{}, fmt.Errorf("log: read %s at %d: %w", path, pos, err)
+	}
+	h := header{
+		base:  int64(binary.BigEndian.Uint64(buf)),
+		size:  wire.BatchSize(buf),
+		count: binary.BigEndian.Uint32(buf[batchCountPos:]),
+		maxTS: int64(binary.BigEndian.Uint64(buf[batchMaxTSPos:])),
+	}
+	if h.size < wire.BatchHeaderSize || h.size > maxBatch || int64(h.size) > size-pos {
+		return header{}, fmt.Errorf("%w: %s at %d: batch length %d outside [%d, %d] or past the end (%d bytes left)",
+			ErrCorrupt, path, pos, h.size, wire.BatchHeaderSize, maxBatch, size-pos)
+	}
+	return h, nil
+}
