@@ -178,9 +178,7 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		return answer(wire.CodeInvalidRequest, "%v", err)
 	}
 	switch {
-	case m.Kind == wire.KindDurable:
-		return answer(wire.CodeNotSupported, "durable topics are not available in this build yet")
-	case m.Kind != wire.KindTransient:
+	case m.Kind != wire.KindTransient && m.Kind != wire.KindDurable:
 		return answer(wire.CodeInvalidRequest, "unknown topic kind %d", m.Kind)
 	case m.Partitions < 1 || m.Partitions > wire.MaxPartitions:
 		return answer(wire.CodeInvalidRequest, "partitions must be 1-%d, got %d", wire.MaxPartitions, m.Partitions)
@@ -224,7 +222,7 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	}); err != nil {
 		return err
 	}
-	t := newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, shape.ringBytes, shape.ringSlots)
+	t := s.newTopic(mt, shape)
 	s.ringMemory += shape.memory(mt)
 	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
 		topics[m.Name] = t
@@ -253,7 +251,8 @@ func (s *Server) publish(change func(map[string]*topic, map[string]meta.User)) {
 
 // topicShape is what a topic's options make of it, checked before anything is allocated.
 type topicShape struct {
-	ringBytes, ringSlots int
+	ringBytes, ringSlots int          // transient
+	durable              durableShape // durable
 }
 
 // memory is the ring memory a topic of this shape preallocates.
@@ -267,6 +266,11 @@ func (sh topicShape) memory(mt meta.Topic) int64 {
 // parseTopicOptions validates a topic's options against the broker's limits.
 func (s *Server) parseTopicOptions(mt meta.Topic) (topicShape, error) {
 	sh := topicShape{ringBytes: s.cfg.RingBytes, ringSlots: s.cfg.RingSlots}
+	if mt.Kind == wire.KindDurable {
+		d, err := parseDurableOptions(mt.Options, s.cfg.Limits.MaxBatch)
+		sh.durable = d
+		return sh, err
+	}
 	for _, o := range mt.Options {
 		v, err := strconv.ParseInt(o.Value, 10, 64)
 		switch o.Key {
@@ -293,7 +297,25 @@ func (s *Server) buildTopic(mt meta.Topic) (*topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, sh.ringBytes, sh.ringSlots), nil
+	return s.newTopic(mt, sh), nil
+}
+
+// newTopic makes a live topic: preallocated rings for a transient one, opened (recovered)
+// logs for a durable one. Opening logs does disk I/O: call it from a worker or at start.
+func (s *Server) newTopic(mt meta.Topic, sh topicShape) *topic {
+	t := newTopic(mt.Name, mt.Kind, mt.User, mt.Options, mt.Partitions, sh.ringBytes, sh.ringSlots)
+	if mt.Kind == wire.KindDurable {
+		for _, p := range t.parts {
+			logger := s.log.With().Str("topic", mt.Name).Uint32("partition", p.id).Logger()
+			p.dlog = openDurable(partitionDir(s.cfg.DataDir, mt.Name, int(p.id)), sh.durable, p, func(format string, args ...any) {
+				logger.Warn().Msgf(format, args...)
+			})
+			if p.dlog.err != nil {
+				logger.Error().Err(p.dlog.err).Msg("partition cannot be served; its data is left untouched for repair")
+			}
+		}
+	}
+	return t
 }
 
 func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
@@ -352,7 +374,17 @@ func (s *Server) deleteTopic(name string) error {
 		s.verifier.Forget(t.user)
 	}
 	for _, p := range t.parts {
-		p.wakeAll() // subscribers learn the topic is gone
+		p.wakeAll() // subscribers and waiting fetches learn the topic is gone
+	}
+	if t.kind == wire.KindDurable {
+		s.offsets.drop(name)
+		if err := t.closeLogs(); err != nil {
+			s.log.Warn().Err(err).Str("topic", name).Msg("closing the logs of a deleted topic")
+		}
+		dir := filepath.Join(s.cfg.DataDir, "topics", name)
+		if err := os.RemoveAll(dir); err != nil {
+			s.log.Error().Err(err).Str("dir", dir).Msg("could not remove the data of a deleted topic")
+		}
 	}
 	return nil
 }

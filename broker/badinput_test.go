@@ -57,7 +57,6 @@ func (c *rawClient) errorFrame(timeout time.Duration) (wire.Header, wire.ErrorBo
 	return f.h, eb
 }
 
-
 // probe is an authenticated connection, opened before the bad input, that must keep working.
 type probe struct {
 	c     *rawClient
@@ -352,7 +351,14 @@ func TestBadInputRequests(t *testing.T) {
 		badCase{name: "FETCH_COMMITTED transient", st: stAdmin, send: send(wire.OpFetchCommitted, 603, fetchC()), code: wire.CodeNotSupported},
 
 		// CREATE_TOPIC values.
-		badCase{name: "CREATE durable", st: stAdmin, send: send(wire.OpCreateTopic, 700, with(func(m *wire.CreateTopic) { m.Kind = wire.KindDurable })), code: wire.CodeNotSupported},
+		badCase{name: "CREATE durable with a transient option", st: stAdmin, send: send(wire.OpCreateTopic, 700, with(func(m *wire.CreateTopic) {
+			m.Kind = wire.KindDurable
+			m.Options = []wire.Option{{Key: "ring.bytes", Value: "4194304"}}
+		})), code: wire.CodeInvalidRequest},
+		badCase{name: "CREATE durable bad fsync", st: stAdmin, send: send(wire.OpCreateTopic, 707, with(func(m *wire.CreateTopic) {
+			m.Kind = wire.KindDurable
+			m.Options = []wire.Option{{Key: "fsync", Value: "sometimes"}}
+		})), code: wire.CodeInvalidRequest},
 		badCase{name: "CREATE kind 0", st: stAdmin, send: send(wire.OpCreateTopic, 701, with(func(m *wire.CreateTopic) { m.Kind = 0 })), code: wire.CodeInvalidRequest},
 		badCase{name: "CREATE kind 7", st: stAdmin, send: send(wire.OpCreateTopic, 702, with(func(m *wire.CreateTopic) { m.Kind = 7 })), code: wire.CodeInvalidRequest},
 		badCase{name: "CREATE name a/b", st: stAdmin, send: send(wire.OpCreateTopic, 703, with(func(m *wire.CreateTopic) { m.Name = "a/b" })), code: wire.CodeInvalidRequest},

@@ -68,11 +68,14 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c *Config) validate() error {
+// Validate reports the first inconsistent setting, naming it.
+func (c *Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
 	switch {
+	case c.EventLoops < 0:
+		return fmt.Errorf("event loops must not be negative")
 	case c.DataDir == "":
 		return fmt.Errorf("data dir must be set")
 	case c.AdminUser == "":

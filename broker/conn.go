@@ -50,8 +50,31 @@ type conn struct {
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
 
-	mu          sync.Mutex // guards completions
+	mu          sync.Mutex // guards completions and acks
 	completions []func(*conn)
+	acks        []pendingAck // durable acks from partition syncers
+	acksSpare   []pendingAck
+
+	fetches []*fetchWait // FETCHes waiting for data (long poll)
+	xfer    *transfer    // the FETCH response being sent; nothing else is written meanwhile
+}
+
+// pendingAck is a PRODUCE answer that waited for an fsync.
+type pendingAck struct {
+	corr      uint32
+	partition uint32
+	base      int64
+	err       error
+}
+
+// queueAck queues a durable ack and wakes the loop. Safe from any goroutine; allocates
+// nothing once the queues have grown.
+func (c *conn) queueAck(a pendingAck) {
+	c.mu.Lock()
+	c.acks = append(c.acks, a)
+	c.mu.Unlock()
+	c.wakePending.Store(false)
+	c.wake()
 }
 
 func newConn(s *Server, gc gnet.Conn) *conn {
@@ -90,25 +113,57 @@ func (c *conn) complete(fn func(*conn)) {
 
 // onTraffic is the connection's whole turn on its loop: finished background work, input
 // frames, then deliveries, with responses written in one go.
+//
+// A FETCH response being sent (c.xfer) owns the socket: until its last byte is out, no other
+// byte is written, and input waits.
 func (c *conn) onTraffic() gnet.Action {
 	c.wakePending.Store(false)
 	c.runCompletions()
 	if c.principal == nil && !c.fatal && time.Now().After(c.authDeadline) {
 		c.sendError(0, wire.CodeAuthTimeout, "no successful AUTH within "+c.srv.cfg.Limits.AuthTimeout.String())
 	}
-	if !c.fatal {
-		c.readFrames()
-	}
-	if !c.flush() || c.fatal {
-		return gnet.Close
-	}
-	if !c.fatal && c.principal != nil {
-		c.deliver()
+	for turn := 0; turn < 8; turn++ {
+		if c.xfer != nil {
+			if !c.xfer.started {
+				c.xfer.started = true
+				if !c.flush() { // the response header goes out through gnet first
+					return gnet.None
+				}
+			}
+			switch c.pumpTransfer() {
+			case xferFailed:
+				return gnet.Close
+			case xferWaiting:
+				return gnet.None
+			}
+		}
+		if !c.fatal {
+			c.readFrames()
+		}
+		if c.xfer != nil {
+			continue
+		}
+		if !c.flush() || c.fatal {
+			return gnet.Close
+		}
+		if c.principal != nil {
+			c.deliver()
+			if c.closed {
+				return gnet.None
+			}
+			c.serviceFetches()
+		}
+		if c.xfer == nil {
+			if !c.flush() {
+				return gnet.None
+			}
+			break
+		}
 	}
 	if c.closed {
 		return gnet.None
 	}
-	if c.srv.stopping.Load() && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused {
+	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused {
 		// Drained: say goodbye and close (see Server.Shutdown).
 		c.sendError(0, wire.CodeShuttingDown, "broker is shutting down")
 		c.flush()
@@ -121,17 +176,32 @@ func (c *conn) runCompletions() {
 	c.mu.Lock()
 	fns := c.completions
 	c.completions = nil
+	acks := c.acks
+	c.acks, c.acksSpare = c.acksSpare[:0], nil
 	c.mu.Unlock()
 	for _, fn := range fns {
 		fn(c)
 	}
+	for _, a := range acks {
+		if a.err != nil {
+			c.sendError(a.corr, storageCode(a.err), a.err.Error())
+			continue
+		}
+		resp := wire.ProduceResponse{Partition: a.partition, BaseOffset: a.base}
+		c.respond(wire.OpProduce, a.corr, resp.AppendTo)
+	}
+	c.mu.Lock()
+	if c.acksSpare == nil {
+		c.acksSpare = acks[:0]
+	}
+	c.mu.Unlock()
 }
 
 // readFrames handles every whole frame in the inbound buffer, unless a request that holds the
 // connection is running.
 func (c *conn) readFrames() {
 	limits := &c.srv.cfg.Limits
-	for !c.paused && !c.fatal {
+	for !c.paused && !c.fatal && c.xfer == nil {
 		buffered := c.gc.InboundBuffered()
 		if buffered == 0 {
 			return
@@ -277,6 +347,8 @@ func (c *conn) setStalled(v bool) {
 // onClose drops the connection's subscriptions and publisher registrations.
 func (c *conn) onClose() {
 	c.closed = true
+	c.srv.watcher.forget(c.gc.Fd())
+	c.endFetches()
 	for _, s := range c.subs {
 		s.close()
 	}

@@ -53,8 +53,14 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleMetadata(h.Corr, body)
 	case wire.OpStats:
 		c.handleStats(h.Corr, body)
-	case wire.OpFetch, wire.OpListOffsets, wire.OpCommitOffset, wire.OpFetchCommitted:
-		c.handleDurableOnly(h.Op, h.Corr, body)
+	case wire.OpFetch:
+		c.handleFetch(h.Corr, body)
+	case wire.OpListOffsets:
+		c.handleListOffsets(h.Corr, body)
+	case wire.OpCommitOffset:
+		c.handleCommitOffset(h.Corr, body)
+	case wire.OpFetchCommitted:
+		c.handleFetchCommitted(h.Corr, body)
 	default:
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
 	}
@@ -145,30 +151,4 @@ func (c *conn) handleStats(corr uint32, body []byte) {
 		resp.Topics = append(resp.Topics, wire.TopicStats{Name: t.name, Counters: t.counters()})
 	}
 	c.respond(wire.OpStats, corr, resp.AppendTo)
-}
-
-// handleDurableOnly answers the durable-topic operations, which need a durable topic.
-func (c *conn) handleDurableOnly(op wire.Op, corr uint32, body []byte) {
-	var topicName string
-	var err error
-	switch op {
-	case wire.OpFetch:
-		var m wire.Fetch
-		err, topicName = m.Decode(body), m.Topic
-	case wire.OpListOffsets:
-		var m wire.ListOffsets
-		err, topicName = m.Decode(body), m.Topic
-	case wire.OpCommitOffset:
-		var m wire.CommitOffset
-		err, topicName = m.Decode(body), m.Topic
-	case wire.OpFetchCommitted:
-		var m wire.FetchCommitted
-		err, topicName = m.Decode(body), m.Topic
-	}
-	if !c.decodeOr(corr, op, err) {
-		return
-	}
-	if t := c.lookupTopic(corr, []byte(topicName)); t != nil {
-		c.sendError(corr, wire.CodeNotSupported, fmt.Sprintf("%s needs a durable topic; %q is %s", op, t.name, t.kind))
-	}
 }

@@ -31,10 +31,6 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeOf(err), err.Error())
 		return
 	}
-	if t.kind != wire.KindTransient {
-		c.sendError(corr, wire.CodeNotSupported, "durable topics are not available in this build yet")
-		return
-	}
 	var p *partition
 	switch {
 	case m.Partition == wire.PartitionAny:
@@ -44,6 +40,10 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 		return
 	default:
 		p = t.parts[m.Partition]
+	}
+	if p.dlog != nil {
+		c.produceDurable(corr, t, p, &m, bt.RecordCount)
+		return
 	}
 	first, err := p.ring.Append(m.Batch, bt.RecordCount)
 	if err != nil {
@@ -62,6 +62,41 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 	p.wakeAll()
 	if m.Acks != wire.AcksNone {
 		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: int64(first)}
+		c.respond(wire.OpProduce, corr, resp.AppendTo)
+	}
+}
+
+// produceDurable appends a batch to a durable partition's log (a write into the page cache,
+// on this loop) and answers now, or once the syncer has fsynced it.
+func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produce, count uint32) {
+	d := p.dlog
+	if d.err != nil {
+		t.stats.rejected.Add(1)
+		c.sendError(corr, wire.CodeStorageError, d.err.Error())
+		return
+	}
+	base, err := d.log.Append(m.Batch, count)
+	if err != nil {
+		t.stats.rejected.Add(1)
+		c.log.Warn().Err(err).Str("topic", t.name).Uint32("partition", p.id).Msg("append refused")
+		c.sendError(corr, storageCode(err), err.Error())
+		return
+	}
+	t.stats.msgsIn.Add(uint64(count))
+	t.stats.bytesIn.Add(uint64(len(m.Batch)))
+	t.stats.batchesIn.Add(1)
+	c.notePublisher(t)
+	switch {
+	case d.needsSyncForAck(m.Acks):
+		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count)})
+		return
+	case d.shape.mode == fsyncAlways:
+		d.kickSync() // consumers see it once durable
+	default:
+		p.wakeAll()
+	}
+	if m.Acks != wire.AcksNone {
+		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: base}
 		c.respond(wire.OpProduce, corr, resp.AppendTo)
 	}
 }

@@ -55,7 +55,10 @@ type Server struct {
 	meta     *meta.Store
 	verifier *auth.Verifier
 	throttle *auth.Throttle
-	pool     *auth.Pool
+	pool     *auth.Pool       // credential checks and topic changes
+	ioPool   *auth.Pool       // cold-chunk prefetch and offset commits
+	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
+	offsets  *offsetStore
 
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
@@ -83,7 +86,7 @@ type Server struct {
 // New opens the data directory, loads topics and credentials and prepares a broker. It does
 // not listen yet; call Start.
 func New(cfg Config) (*Server, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
 	store, err := meta.Open(cfg.DataDir)
@@ -113,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.ensureAdmin(); err != nil {
 		return nil, err
 	}
+	s.offsets = newOffsetStore(cfg.DataDir)
 	s.loadTopics(store.State())
 	return s, nil
 }
@@ -128,6 +132,11 @@ func (s *Server) loadTopics(st meta.State) {
 		}
 		topics[mt.Name] = t
 		s.ringMemory += t.ringMemory()
+		if mt.Kind == wire.KindDurable {
+			if err := s.offsets.load(mt.Name); err != nil {
+				s.log.Error().Err(err).Str("topic", mt.Name).Msg("committed offsets cannot be read; groups start from scratch")
+			}
+		}
 	}
 	users := make(map[string]meta.User, len(st.Users))
 	for k, u := range st.Users {
@@ -141,6 +150,12 @@ func (s *Server) loadTopics(st meta.State) {
 // Start listens and serves in the background. It returns once the listener is ready.
 func (s *Server) Start() error {
 	s.pool = auth.NewPool(s.cfg.AuthWorkers, s.cfg.AuthQueue)
+	s.ioPool = auth.NewPool(4, 4096)
+	w, err := newWritableWatcher()
+	if err != nil {
+		return err
+	}
+	s.watcher = w
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithReuseAddr(true),
@@ -163,6 +178,8 @@ func (s *Server) Start() error {
 		s.eng = eng
 	case <-s.done:
 		s.pool.Close()
+		s.ioPool.Close()
+		s.watcher.close()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
 	}
 	addr, err := listenerAddr(s.eng)
@@ -240,6 +257,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-s.done
 		}
 		s.pool.Close()
+		s.ioPool.Close()
+		s.watcher.close()
+		for _, t := range *s.topics.Load() {
+			if e := t.closeLogs(); e != nil {
+				s.log.Error().Err(e).Str("topic", t.name).Msg("closing logs")
+				if err == nil {
+					err = e
+				}
+			}
+		}
 		s.log.Info().Msg("stopped")
 	})
 	return err

@@ -26,7 +26,8 @@ type topic struct {
 // partition is one transient partition: its ring and who to wake when it grows.
 type partition struct {
 	id   uint32
-	ring *ring.Ring
+	ring *ring.Ring   // transient topics
+	dlog *durablePart // durable topics
 
 	// wakers is the copy-on-write list of connections with a subscription here; producers
 	// read it without locks. waiterCount (under topic.mu) is the source it is rebuilt from.
@@ -108,12 +109,28 @@ func (t *topic) ringMemory() int64 {
 func (t *topic) queueSize() uint64 {
 	var n uint64
 	for _, p := range t.parts {
-		if p.ring != nil {
+		switch {
+		case p.ring != nil:
 			oldest, next := p.ring.Messages()
 			n += next - oldest
+		case p.dlog != nil && p.dlog.log != nil:
+			n += uint64(p.dlog.log.NextOffset() - p.dlog.log.StartOffset())
 		}
 	}
 	return n
+}
+
+// closeLogs stops the syncers and closes the logs of a durable topic.
+func (t *topic) closeLogs() error {
+	var first error
+	for _, p := range t.parts {
+		if p.dlog != nil {
+			if err := p.dlog.close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 func (t *topic) counters() []wire.Counter {
@@ -136,9 +153,12 @@ func (t *topic) metadata() wire.TopicMetadata {
 	md := wire.TopicMetadata{Name: t.name, Kind: t.kind, User: t.user, Options: t.options}
 	for _, p := range t.parts {
 		pm := wire.PartitionMetadata{ID: p.id}
-		if p.ring != nil {
+		switch {
+		case p.ring != nil:
 			oldest, next := p.ring.Messages()
 			pm.StartOffset, pm.EndOffset = int64(oldest), int64(next)
+		case p.dlog != nil && p.dlog.log != nil:
+			pm.StartOffset, pm.EndOffset = p.dlog.log.StartOffset(), p.dlog.visibleLimit(wire.IsolationDurable)
 		}
 		md.Partitions = append(md.Partitions, pm)
 	}

@@ -1,0 +1,175 @@
+package broker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lightq/lightq/wire"
+)
+
+func (c *rawClient) createDurable(name string, partitions uint32, opts ...wire.Option) {
+	c.t.Helper()
+	m := wire.CreateTopic{Name: name, Kind: wire.KindDurable, Partitions: partitions, User: "d-user", Password: "d-pw", Options: opts}
+	c.expectResponse(wire.OpCreateTopic, c.send(wire.OpCreateTopic, m.AppendTo(nil)))
+}
+
+func (c *rawClient) produceAcks(topic string, partition int32, acks wire.Acks, batch []byte) wire.ProduceResponse {
+	c.t.Helper()
+	corr := c.send(wire.OpProduce, produceBody(topic, partition, acks, batch))
+	var resp wire.ProduceResponse
+	if err := resp.Decode(c.expectResponse(wire.OpProduce, corr)); err != nil {
+		c.t.Fatal(err)
+	}
+	return resp
+}
+
+// fetchAll fetches from offset until it has want records, checking every batch.
+func (c *rawClient) fetchValues(topic string, partition uint32, offset int64, maxWait uint32) (wire.FetchResponse, []string) {
+	c.t.Helper()
+	m := wire.Fetch{Topic: topic, Partition: partition, Offset: offset, MaxBytes: 1 << 20, MaxWaitMs: maxWait}
+	body := c.expectResponse(wire.OpFetch, c.send(wire.OpFetch, m.AppendTo(nil)))
+	var resp wire.FetchResponse
+	if err := resp.Decode(body); err != nil {
+		c.t.Fatal(err)
+	}
+	var values []string
+	rest := resp.Batches
+	for len(rest) > 0 {
+		n := wire.BatchSize(rest)
+		bt, err := wire.ParseBatch(rest[:n], 1<<20)
+		if err != nil {
+			c.t.Fatalf("fetched batch corrupt: %v", err)
+		}
+		it := wire.NewRecordIter(bt.Records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
+		var rec wire.Record
+		for it.Next(&rec) {
+			if rec.Offset >= offset {
+				values = append(values, string(rec.Value))
+			}
+		}
+		if it.Err() != nil {
+			c.t.Fatal(it.Err())
+		}
+		rest = rest[n:]
+	}
+	return resp, values
+}
+
+func TestDurableProduceFetch(t *testing.T) {
+	for _, fsync := range []string{"always", "interval=5ms", "never"} {
+		t.Run(fsync, func(t *testing.T) {
+			srv := startBroker(t, nil)
+			admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+			admin.createDurable("events", 2, wire.Option{Key: "fsync", Value: fsync}, wire.Option{Key: "segment.bytes", Value: "2097152"})
+			c := login(t, srv.Addr(), "d-user", "d-pw")
+			var next int64
+			for i := 0; i < 100; i++ {
+				acks := []wire.Acks{wire.AcksWritten, wire.AcksDurable}[i%2]
+				resp := c.produceAcks("events", 0, acks, testBatch(t, fmt.Sprint(i), fmt.Sprint(i)+"b"))
+				if resp.BaseOffset != next {
+					t.Fatalf("batch %d at offset %d, want %d", i, resp.BaseOffset, next)
+				}
+				next += 2
+			}
+			var got []string
+			for off := int64(0); off < next; {
+				resp, values := c.fetchValues("events", 0, off, 1000)
+				if len(values) == 0 {
+					t.Fatalf("no data at %d (high watermark %d)", off, resp.HighWatermark)
+				}
+				got = append(got, values...)
+				off += int64(len(values))
+			}
+			for i := 0; i < 100; i++ {
+				if got[2*i] != fmt.Sprint(i) || got[2*i+1] != fmt.Sprint(i)+"b" {
+					t.Fatalf("record %d: %q", 2*i, got[2*i])
+				}
+			}
+			// From the middle of a batch: the batch is sent whole, the client skips.
+			_, values := c.fetchValues("events", 0, 51, 0)
+			if values[0] != "25b" {
+				t.Fatalf("fetch at 51 starts with %q", values[0])
+			}
+			// At the end: a long poll that new data answers early.
+			done := make(chan []string, 1)
+			go func() {
+				_, v := c.fetchValues("events", 0, next, 5000)
+				done <- v
+			}()
+			time.Sleep(50 * time.Millisecond)
+			p := login(t, srv.Addr(), "d-user", "d-pw")
+			p.produceAcks("events", 0, wire.AcksWritten, testBatch(t, "late"))
+			select {
+			case v := <-done:
+				if len(v) != 1 || v[0] != "late" {
+					t.Fatalf("long poll got %v", v)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("long poll not answered by new data")
+			}
+			// An empty long poll ends at its deadline.
+			start := time.Now()
+			if _, v := c.fetchValues("events", 1, 0, 100); len(v) != 0 || time.Since(start) < 90*time.Millisecond {
+				t.Fatalf("empty fetch: %v after %v", v, time.Since(start))
+			}
+		})
+	}
+}
+
+func TestDurableOffsetsAndRestart(t *testing.T) {
+	cfg := testConfig(t)
+	srv := startWith(t, cfg)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("log", 1, wire.Option{Key: "segment.bytes", Value: "2097152"})
+	c := login(t, srv.Addr(), "d-user", "d-pw")
+	before := time.Now().UnixMilli()
+	for i := 0; i < 20; i++ {
+		c.produceAcks("log", 0, wire.AcksWritten, testBatch(t, fmt.Sprint(i)))
+	}
+	list := func(c *rawClient, mode wire.OffsetMode, ts int64) int64 {
+		m := wire.ListOffsets{Topic: "log", Partition: 0, Mode: mode, Timestamp: ts}
+		var r wire.OffsetResponse
+		if err := r.Decode(c.expectResponse(wire.OpListOffsets, c.send(wire.OpListOffsets, m.AppendTo(nil)))); err != nil {
+			t.Fatal(err)
+		}
+		return r.Offset
+	}
+	if e, l := list(c, wire.OffsetEarliest, 0), list(c, wire.OffsetLatest, 0); e != 0 || l != 20 {
+		t.Fatalf("earliest %d latest %d", e, l)
+	}
+	if o := list(c, wire.OffsetTimestamp, before); o != 0 {
+		t.Fatalf("offset for a time before everything: %d", o)
+	}
+	if o := list(c, wire.OffsetTimestamp, time.Now().Add(time.Hour).UnixMilli()); o != 20 {
+		t.Fatalf("offset for a future time: %d", o)
+	}
+	cm := wire.CommitOffset{Group: "g1", Topic: "log", Partition: 0, Offset: 7}
+	c.expectResponse(wire.OpCommitOffset, c.send(wire.OpCommitOffset, cm.AppendTo(nil)))
+	fc := wire.FetchCommitted{Group: "g1", Topic: "log", Partition: 0}
+	var r wire.OffsetResponse
+	_ = r.Decode(c.expectResponse(wire.OpFetchCommitted, c.send(wire.OpFetchCommitted, fc.AppendTo(nil))))
+	if r.Offset != 7 {
+		t.Fatalf("committed %d", r.Offset)
+	}
+	bad := wire.CommitOffset{Group: "g1", Topic: "log", Partition: 0, Offset: 999}
+	c.expectError(c.send(wire.OpCommitOffset, bad.AppendTo(nil)), wire.CodeOffsetOutOfRange)
+	if err := srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Addr = "127.0.0.1:0"
+	srv2 := startWith(t, cfg)
+	c2 := login(t, srv2.Addr(), "d-user", "d-pw")
+	_ = r.Decode(c2.expectResponse(wire.OpFetchCommitted, c2.send(wire.OpFetchCommitted, fc.AppendTo(nil))))
+	if r.Offset != 7 {
+		t.Fatalf("committed offset after restart %d", r.Offset)
+	}
+	_, values := c2.fetchValues("log", 0, 7, 0)
+	if len(values) == 0 || values[0] != "7" {
+		t.Fatalf("after restart fetch at 7: %v", values)
+	}
+	if resp := c2.produceAcks("log", 0, wire.AcksDurable, testBatch(t, "x")); resp.BaseOffset != 20 {
+		t.Fatalf("after restart the next batch got offset %d", resp.BaseOffset)
+	}
+}

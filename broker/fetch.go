@@ -1,0 +1,167 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	qlog "github.com/lightq/lightq/log"
+	"github.com/lightq/lightq/wire"
+)
+
+// maxFetchWait bounds a FETCH's long poll.
+const maxFetchWait = 30 * time.Second
+
+// fetchWait is a FETCH that found no data and waits for some (long poll).
+type fetchWait struct {
+	corr     uint32
+	req      wire.Fetch
+	t        *topic
+	p        *partition
+	deadline time.Time
+	timer    *time.Timer
+}
+
+// transfer is a FETCH response in flight: its header went out through gnet, the batches go
+// from the segment file to the socket (sendfile on Linux). While it runs, nothing else is
+// written to the connection, so the bytes cannot interleave.
+type transfer struct {
+	chunk     *qlog.Chunk
+	pos       int64 // next file position to send
+	remaining int64
+	started   bool // the response header has been handed to gnet
+	prefetch  bool // a worker is reading the range into the page cache
+	warm      bool // the range was found (or made) resident in the page cache
+}
+
+func (c *conn) handleFetch(corr uint32, body []byte) {
+	var m wire.Fetch
+	if !c.decodeOr(corr, wire.OpFetch, m.Decode(body)) {
+		return
+	}
+	t := c.lookupTopic(corr, []byte(m.Topic))
+	if t == nil {
+		return
+	}
+	if t.kind != wire.KindDurable {
+		c.sendError(corr, wire.CodeNotSupported, fmt.Sprintf("topic %q is transient: SUBSCRIBE to it", t.name))
+		return
+	}
+	if int(m.Partition) >= len(t.parts) {
+		c.sendError(corr, wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0-%d, not %d", t.name, len(t.parts)-1, m.Partition))
+		return
+	}
+	if m.Isolation > wire.IsolationWritten {
+		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("isolation %d", m.Isolation))
+		return
+	}
+	p := t.parts[m.Partition]
+	if p.dlog.err != nil {
+		c.sendError(corr, wire.CodeStorageError, p.dlog.err.Error())
+		return
+	}
+	fw := &fetchWait{corr: corr, req: m, t: t, p: p}
+	if c.tryFetch(fw) {
+		return
+	}
+	wait := min(time.Duration(m.MaxWaitMs)*time.Millisecond, maxFetchWait)
+	if wait <= 0 {
+		c.respondFetch(fw, nil)
+		return
+	}
+	fw.deadline = time.Now().Add(wait)
+	fw.timer = time.AfterFunc(wait, c.wakeNow)
+	t.mu.Lock()
+	p.addWaiter(c)
+	t.mu.Unlock()
+	c.fetches = append(c.fetches, fw)
+}
+
+// wakeNow wakes the loop even if a coalesced wake is pending (a deadline must not be missed).
+func (c *conn) wakeNow() {
+	c.wakePending.Store(false)
+	c.wake()
+}
+
+// tryFetch answers fw if data is readable (or the request is bad). It returns false when the
+// fetch must wait for data.
+func (c *conn) tryFetch(fw *fetchWait) bool {
+	d := fw.p.dlog
+	limit := d.visibleLimit(fw.req.Isolation)
+	maxBytes := int(min(fw.req.MaxBytes, uint32(c.srv.cfg.Limits.MaxFrame-wire.HeaderSize-wire.FetchResponseHeaderSize)))
+	chunk, err := d.log.Read(fw.req.Offset, limit, maxBytes)
+	switch {
+	case err != nil:
+		code := storageCode(err)
+		if errors.Is(err, qlog.ErrClosed) {
+			code = wire.CodeUnknownTopic
+		}
+		c.sendError(fw.corr, code, err.Error())
+		return true
+	case chunk == nil:
+		return false
+	}
+	c.respondFetch(fw, chunk)
+	return true
+}
+
+// respondFetch writes the FETCH response header and starts sending chunk (nil: no batches).
+func (c *conn) respondFetch(fw *fetchWait, chunk *qlog.Chunk) {
+	d := fw.p.dlog
+	var n int64
+	if chunk != nil {
+		n = chunk.Len
+	}
+	var hdr [wire.HeaderSize + wire.FetchResponseHeaderSize]byte
+	wire.PutHeader(hdr[:], wire.OpFetch, wire.FlagResponse, fw.corr, wire.FetchResponseHeaderSize+int(n))
+	resp := wire.FetchResponse{Partition: fw.p.id, HighWatermark: d.visibleLimit(fw.req.Isolation), LogStartOffset: d.log.StartOffset()}
+	resp.AppendTo(hdr[wire.HeaderSize:wire.HeaderSize]) // fills hdr in place
+	c.out = append(c.out, hdr[:]...)
+	if chunk == nil {
+		return
+	}
+	st := &fw.t.stats
+	st.bytesOut.Add(uint64(n))
+	st.msgsOut.Add(uint64(chunk.NextOffset - chunk.BaseOffset))
+	c.xfer = &transfer{chunk: chunk, pos: chunk.Pos, remaining: n}
+}
+
+// serviceFetches answers waiting fetches that have data or whose time is up. Runs on the
+// loop when nothing is being transferred.
+func (c *conn) serviceFetches() {
+	now := time.Now()
+	for i := 0; i < len(c.fetches) && c.xfer == nil; i++ {
+		fw := c.fetches[i]
+		answered := fw.t.deleted.Load()
+		if answered {
+			c.sendError(fw.corr, wire.CodeUnknownTopic, fmt.Sprintf("topic %q was deleted", fw.t.name))
+		} else if answered = c.tryFetch(fw); !answered && !now.Before(fw.deadline) {
+			c.respondFetch(fw, nil)
+			answered = true
+		}
+		if answered {
+			c.dropFetch(i)
+			i--
+		}
+	}
+}
+
+func (c *conn) dropFetch(i int) {
+	fw := c.fetches[i]
+	fw.timer.Stop()
+	fw.t.mu.Lock()
+	fw.p.removeWaiter(c)
+	fw.t.mu.Unlock()
+	c.fetches = append(c.fetches[:i], c.fetches[i+1:]...)
+}
+
+// endFetches drops every waiting fetch and any transfer (the connection closed).
+func (c *conn) endFetches() {
+	for len(c.fetches) > 0 {
+		c.dropFetch(len(c.fetches) - 1)
+	}
+	if c.xfer != nil {
+		c.xfer.chunk.Release()
+		c.xfer = nil
+	}
+}

@@ -1,0 +1,93 @@
+//go:build linux
+
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// writableWatcher tells connections when their socket can take more bytes. gnet has no
+// writable callback, and bytes we send with sendfile bypass gnet's buffers, so a transfer
+// that hit EAGAIN arms a one-shot EPOLLOUT here; when it fires, the watcher wakes the
+// connection's loop, which resumes the transfer. One goroutine serves every connection.
+//
+// Concurrency: arm and forget are safe from any goroutine.
+type writableWatcher struct {
+	epfd int
+
+	mu    sync.Mutex
+	conns map[int32]*conn // fd -> conn armed or registered
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func newWritableWatcher() (*writableWatcher, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	w := &writableWatcher{epfd: epfd, conns: map[int32]*conn{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w, nil
+}
+
+// arm asks for one wake of c when fd becomes writable.
+func (w *writableWatcher) arm(c *conn, fd int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLONESHOT, Fd: int32(fd)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.conns[int32(fd)]; ok {
+		return unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
+	}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return err
+	}
+	w.conns[int32(fd)] = c
+	return nil
+}
+
+// forget removes fd; call it before the descriptor is closed.
+func (w *writableWatcher) forget(fd int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.conns[int32(fd)]; ok {
+		delete(w.conns, int32(fd))
+		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	}
+}
+
+func (w *writableWatcher) run() {
+	defer close(w.done)
+	events := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(w.epfd, events, 100)
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		w.mu.Lock()
+		for _, ev := range events[:n] {
+			if c := w.conns[ev.Fd]; c != nil {
+				c.wake()
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *writableWatcher) close() {
+	close(w.stop)
+	<-w.done
+	_ = unix.Close(w.epfd)
+}
