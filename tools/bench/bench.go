@@ -34,9 +34,10 @@ type Config struct {
 	AdminUser     string // when set, the topic is created (an existing one is reused)
 	AdminPassword string
 
-	Topic      string
-	Kind       wire.Kind
-	Partitions int
+	Topic        string
+	Kind         wire.Kind
+	Partitions   int
+	TopicOptions []wire.Option // for a topic lqbench creates, e.g. fsync=always
 
 	Messages    int // per producer
 	Size        int // value bytes, at least StampSize
@@ -142,7 +143,7 @@ func ensureTopic(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("admin connection: %w", err)
 	}
 	defer c.Close()
-	err = c.CreateTopic(ctx, client.TopicConfig{Name: cfg.Topic, Kind: cfg.Kind, Partitions: cfg.Partitions, User: cfg.User, Password: cfg.Password})
+	err = c.CreateTopic(ctx, client.TopicConfig{Name: cfg.Topic, Kind: cfg.Kind, Partitions: cfg.Partitions, User: cfg.User, Password: cfg.Password, Options: cfg.TopicOptions})
 	if errors.Is(err, &wire.Error{Code: wire.CodeTopicExists}) {
 		return nil
 	}

@@ -114,6 +114,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 // options are flags that need converting before they land in a Config.
 type options struct {
 	kind, acks, codec string
+	fsync             string
 	json, quiet       bool
 	cpuProfile        string
 }
@@ -138,6 +139,7 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.IdleTimeout, "idle", 5*time.Second, "consumers stop after this long without a message")
 	fs.StringVar(&o.kind, "kind", "transient", "topic kind: transient or durable")
 	fs.StringVar(&o.acks, "acks", "written", "acknowledgements: none, written or durable")
+	fs.StringVar(&o.fsync, "fsync", "", "fsync policy of a durable topic lqbench creates: always, never or interval=<duration>")
 	fs.StringVar(&o.codec, "z", "none", "compression: none, s2 or zstd")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object")
 	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
@@ -172,6 +174,12 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 		return err
 	}
 	cfg.Kind = kind
+	if o.fsync != "" {
+		if kind != wire.KindDurable {
+			return fmt.Errorf("--fsync needs --kind durable")
+		}
+		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: "fsync", Value: o.fsync})
+	}
 	switch o.acks {
 	case "none":
 		cfg.Acks = client.AckNone
