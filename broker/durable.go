@@ -115,6 +115,7 @@ func partitionDir(dataDir, topic string, p int) string {
 // that cannot be recovered is returned with err set, so the rest of the topic still works.
 func openDurable(dir string, shape durableShape, part *partition, logf func(string, ...any)) *durablePart {
 	d := &durablePart{shape: shape, part: part, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	part.logf = logf
 	opts := shape.logOpts
 	opts.Logf = logf
 	l, err := qlog.Open(dir, opts)
@@ -156,21 +157,35 @@ func (d *durablePart) kickSync() {
 	}
 }
 
+// retentionCheck is how often a partition with a retention limit looks for old segments.
+const retentionCheck = 500 * time.Millisecond
+
 // syncer fsyncs whenever there are waiters (always, or any acks=durable batch), every interval
-// for the interval policy, and once at close.
+// for the interval policy, and once at close. It also applies retention, so that deleting old
+// segments never happens on an event loop.
 func (d *durablePart) syncer() {
 	defer close(d.done)
-	var tick <-chan time.Time
+	var tick, retention <-chan time.Time
 	if d.shape.mode == fsyncInterval {
 		t := time.NewTicker(d.shape.interval)
 		defer t.Stop()
 		tick = t.C
+	}
+	if d.shape.logOpts.RetentionBytes > 0 || d.shape.logOpts.RetentionAge > 0 {
+		t := time.NewTicker(retentionCheck)
+		defer t.Stop()
+		retention = t.C
 	}
 	for {
 		closing := false
 		select {
 		case <-d.kick:
 		case <-tick:
+		case <-retention:
+			if err := d.log.EnforceRetention(); err != nil {
+				d.part.logf("retention: %v", err)
+			}
+			continue
 		case <-d.stop:
 			closing = true
 		}

@@ -28,6 +28,7 @@ type partition struct {
 	id   uint32
 	ring *ring.Ring   // transient topics
 	dlog *durablePart // durable topics
+	logf func(format string, args ...any)
 
 	// wakers is the copy-on-write list of connections with a subscription here; producers
 	// read it without locks. waiterCount (under topic.mu) is the source it is rebuilt from.
