@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/lightq/lightq/log/vfs"
 )
 
 // FuzzRecover: arbitrary bytes as the active segment. Open never panics; it either fails with
@@ -40,7 +42,7 @@ func FuzzRecover(f *testing.F) {
 		if err := os.WriteFile(seg, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		opts := Options{MaxBatch: 64 << 10}
+		opts := Options{MaxBatch: 64 << 10, FS: vfs.NewCrashFS()} // no real fsyncs: fast
 		l, err := Open(dir, opts)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
@@ -54,7 +56,7 @@ func FuzzRecover(f *testing.F) {
 		}
 		got := readAll(t, l)
 		l.Close()
-		if cs, err := Verify(dir, nil, opts.MaxBatch); err != nil || len(cs) != 0 {
+		if cs, err := Verify(dir, opts.FS, opts.MaxBatch); err != nil || len(cs) != 0 {
 			t.Fatalf("Verify: %v %v", cs, err)
 		}
 		l = mustOpen(t, dir, opts)

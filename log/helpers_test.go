@@ -2,7 +2,6 @@ package log
 
 import (
 	"bytes"
-	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -114,5 +113,3 @@ func segFiles(t testing.TB, dir string) []string {
 	}
 	return m
 }
-
-func isErr(err, target error) bool { return errors.Is(err, target) }

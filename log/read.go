@@ -178,3 +178,12 @@ func (l *Log) OffsetForTime(ts int64) (int64, error) {
 	}
 	return segNext, nil
 }
+
+// InActiveSegment reports whether offset lies in the active (last) segment. Its pages were
+// written recently and are most likely in the page cache; older segments may have to come from
+// the disk, which a caller on an event loop must not wait for. Safe for concurrent use.
+func (l *Log) InActiveSegment(offset int64) bool {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	return !l.closed && len(l.segs) > 0 && offset >= l.segs[len(l.segs)-1].base
+}

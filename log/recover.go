@@ -335,7 +335,7 @@ func (l *Log) readBatch(f io.ReaderAt, head, buf []byte, pos, end int64) (bt wir
 // after from: evidence that the damage at from is not a torn tail.
 func findContinuation(f io.ReaderAt, from, end, expect int64, maxBatch int) (int64, bool, error) {
 	const window = 1 << 20
-	buf := make([]byte, window+maxBatch)
+	buf := make([]byte, min(int64(window+maxBatch), max(end-from, 0)))
 	for start := from + 1; start+wire.BatchHeaderSize <= end; start += window {
 		n := int(min(int64(len(buf)), end-start))
 		if _, err := f.ReadAt(buf[:n], start); err != nil && !errors.Is(err, io.EOF) {
@@ -343,8 +343,13 @@ func findContinuation(f io.ReaderAt, from, end, expect int64, maxBatch int) (int
 		}
 		for i := 0; i < window && i+wire.BatchHeaderSize <= n; i++ {
 			b := buf[i:n]
-			size := wire.BatchSize(b)
-			if int64(beUint64(b)) < expect || size < wire.BatchHeaderSize || size > len(b) {
+			// Cheap checks first (magic, reserved, plausible base and length), so random
+			// bytes rarely cost a CRC.
+			if b[16] != wire.BatchMagic || b[18] != 0 || b[19] != 0 {
+				continue
+			}
+			base, size := int64(beUint64(b)), wire.BatchSize(b)
+			if base < expect || base-expect > end-from || size < wire.BatchHeaderSize || size > len(b) {
 				continue
 			}
 			if _, err := wire.ParseBatch(b[:size], maxBatch); err == nil {
