@@ -39,6 +39,10 @@ type Config struct {
 	RingSlots     int   // default batch capacity of a transient partition
 	MaxRingMemory int64 // total ring memory of all transient topics; CREATE_TOPIC past it: RESOURCE_LIMIT
 
+	// NoColdPrefetch sends FETCH data with sendfile even when it is not in the page cache,
+	// which blocks the event loop while the disk reads it. Only for measuring the difference.
+	NoColdPrefetch bool
+
 	MaxSubscriptionsPerConn int
 	AuthWorkers             int // concurrent argon2 computations (each uses HashParams memory)
 	AuthQueue               int // pending credential checks before RESOURCE_LIMIT

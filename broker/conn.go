@@ -50,7 +50,8 @@ type conn struct {
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
 
-	mu          sync.Mutex // guards completions and acks
+	mu          sync.Mutex // guards dead, completions and acks
+	dead        bool       // onClose ran: nothing more is queued
 	completions []func(*conn)
 	acks        []pendingAck // durable acks from partition syncers
 	acksSpare   []pendingAck
@@ -71,6 +72,10 @@ type pendingAck struct {
 // nothing once the queues have grown.
 func (c *conn) queueAck(a pendingAck) {
 	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
 	c.acks = append(c.acks, a)
 	c.mu.Unlock()
 	c.wakePending.Store(false)
@@ -102,13 +107,20 @@ func (c *conn) wake() {
 }
 
 // complete queues fn to run on the connection's loop and wakes it. Safe from any goroutine;
-// background jobs report their results through it.
-func (c *conn) complete(fn func(*conn)) {
+// background jobs report their results through it. It returns false when the connection has
+// closed: fn will never run, and the caller releases whatever fn would have taken over.
+// Completions queued before the close run during onClose, with c.closed set.
+func (c *conn) complete(fn func(*conn)) bool {
 	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return false
+	}
 	c.completions = append(c.completions, fn)
 	c.mu.Unlock()
 	c.wakePending.Store(false) // force a wake: completions must not wait for a coalesced one
 	c.wake()
+	return true
 }
 
 // onTraffic is the connection's whole turn on its loop: finished background work, input
@@ -348,6 +360,14 @@ func (c *conn) setStalled(v bool) {
 func (c *conn) onClose() {
 	c.closed = true
 	c.srv.watcher.forget(c.gc.Fd())
+	c.mu.Lock()
+	c.dead = true
+	fns := c.completions
+	c.completions, c.acks = nil, nil
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn(c) // with c.closed set: they release what they hold; their output goes nowhere
+	}
 	c.endFetches()
 	for _, s := range c.subs {
 		s.close()

@@ -61,6 +61,15 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 		return
 	}
 	fw := &fetchWait{corr: corr, req: m, t: t, p: p}
+	if !c.srv.cfg.NoColdPrefetch && !p.dlog.log.InActiveSegment(m.Offset) && c.fetchFromWorker(fw) {
+		return
+	}
+	c.fetchOrWait(fw)
+}
+
+// fetchOrWait answers fw now if there is data, else parks it until data comes or its wait ends.
+func (c *conn) fetchOrWait(fw *fetchWait) {
+	m, t, p := &fw.req, fw.t, fw.p
 	if c.tryFetch(fw) {
 		return
 	}
@@ -83,20 +92,77 @@ func (c *conn) wakeNow() {
 	c.wake()
 }
 
+// fetchMaxBytes bounds a FETCH's batches so the response frame stays within MaxFrame.
+func (c *conn) fetchMaxBytes(fw *fetchWait) int {
+	return int(min(fw.req.MaxBytes, uint32(c.srv.cfg.Limits.MaxFrame-wire.HeaderSize-wire.FetchResponseHeaderSize)))
+}
+
+// fetchFromWorker serves a FETCH of older data, whose pages may not be in the page cache: a
+// worker locates the batches (reading their headers) and reads the range into the cache, so
+// the loop never waits for the disk; the loop then sends it with sendfile. The connection
+// reads no further requests meanwhile. It returns false when the workers are saturated.
+func (c *conn) fetchFromWorker(fw *fetchWait) bool {
+	d := fw.p.dlog
+	limit, maxBytes := d.visibleLimit(fw.req.Isolation), c.fetchMaxBytes(fw)
+	c.hold()
+	ok := c.srv.ioPool.Submit(func() {
+		chunk, err := d.log.Read(fw.req.Offset, limit, maxBytes)
+		if chunk != nil {
+			readInto(chunk)
+		}
+		queued := c.complete(func(c *conn) {
+			c.release()
+			switch {
+			case c.closed:
+				chunk.Release()
+			case err != nil:
+				c.sendError(fw.corr, fetchErrorCode(err), err.Error())
+			case chunk == nil:
+				c.fetchOrWait(fw)
+			default:
+				c.respondFetch(fw, chunk)
+				c.xfer.warm = true
+			}
+		})
+		if !queued {
+			chunk.Release()
+		}
+	})
+	if !ok {
+		c.release()
+	}
+	return ok
+}
+
+// readInto reads a chunk's bytes once, which leaves them in the page cache. Runs on a worker.
+func readInto(chunk *qlog.Chunk) {
+	buf := prefetchBuf.Get().(*[]byte)
+	defer prefetchBuf.Put(buf)
+	for off, end := chunk.Pos, chunk.Pos+chunk.Len; off < end; {
+		n, err := chunk.File.ReadAt((*buf)[:min(int64(len(*buf)), end-off)], off)
+		if n <= 0 || err != nil {
+			return
+		}
+		off += int64(n)
+	}
+}
+
+func fetchErrorCode(err error) wire.Code {
+	if errors.Is(err, qlog.ErrClosed) {
+		return wire.CodeUnknownTopic
+	}
+	return storageCode(err)
+}
+
 // tryFetch answers fw if data is readable (or the request is bad). It returns false when the
 // fetch must wait for data.
 func (c *conn) tryFetch(fw *fetchWait) bool {
 	d := fw.p.dlog
 	limit := d.visibleLimit(fw.req.Isolation)
-	maxBytes := int(min(fw.req.MaxBytes, uint32(c.srv.cfg.Limits.MaxFrame-wire.HeaderSize-wire.FetchResponseHeaderSize)))
-	chunk, err := d.log.Read(fw.req.Offset, limit, maxBytes)
+	chunk, err := d.log.Read(fw.req.Offset, limit, c.fetchMaxBytes(fw))
 	switch {
 	case err != nil:
-		code := storageCode(err)
-		if errors.Is(err, qlog.ErrClosed) {
-			code = wire.CodeUnknownTopic
-		}
-		c.sendError(fw.corr, code, err.Error())
+		c.sendError(fw.corr, fetchErrorCode(err), err.Error())
 		return true
 	case chunk == nil:
 		return false

@@ -87,7 +87,7 @@ func (c *conn) waitWritable(sock int) xferState {
 // chunk can be sent now.
 func (c *conn) warmUp(x *transfer) bool {
 	fd := int(x.chunk.File.Fd())
-	if resident(fd, x.pos, x.remaining) {
+	if c.srv.cfg.NoColdPrefetch || resident(fd, x.pos, x.remaining) {
 		x.warm = true
 		return true
 	}
