@@ -42,6 +42,9 @@ type Config struct {
 	// NoColdPrefetch sends FETCH data with sendfile even when it is not in the page cache,
 	// which blocks the event loop while the disk reads it. Only for measuring the difference.
 	NoColdPrefetch bool
+	// FetchCopy sends FETCH data with pread and write instead of sendfile. Only for
+	// measuring what sendfile saves.
+	FetchCopy bool
 
 	MaxSubscriptionsPerConn int
 	AuthWorkers             int // concurrent argon2 computations (each uses HashParams memory)

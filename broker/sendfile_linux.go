@@ -26,6 +26,9 @@ const (
 // empty first; on EAGAIN a one-shot EPOLLOUT watch wakes the loop when the socket drains.
 // Runs on the connection's loop.
 func (c *conn) pumpTransfer() xferState {
+	if c.srv.cfg.FetchCopy {
+		return c.pumpTransferCopy()
+	}
 	x := c.xfer
 	if x.prefetch {
 		return xferWaiting // a worker is reading the range into the page cache

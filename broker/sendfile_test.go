@@ -108,7 +108,12 @@ func TestFetchExactWithTinyReceiveBuffer(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("LIGHTQ_SENDFILE_MIB")); err == nil && v > 0 {
 		mib = v
 	}
-	srv := startBroker(t, nil)
+	t.Run("sendfile", func(t *testing.T) { fetchExact(t, mib, false) })
+	t.Run("copy", func(t *testing.T) { fetchExact(t, min(mib, 16), true) })
+}
+
+func fetchExact(t *testing.T, mib int, copyPath bool) {
+	srv := startBroker(t, func(c *Config) { c.FetchCopy = copyPath })
 	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
 	admin.createDurable("exact", 1, wire.Option{Key: "fsync", Value: "never"}, wire.Option{Key: "segment.bytes", Value: "2097152"})
 	stop := make(chan struct{})
@@ -118,7 +123,7 @@ func TestFetchExactWithTinyReceiveBuffer(t *testing.T) {
 	done := appender(t, srv.Addr(), "exact", recs, size, want+recs, stop, &produced)
 
 	c := login(t, srv.Addr(), "d-user", "d-pw")
-	if err := c.conn.(*net.TCPConn).SetReadBuffer(65536); err != nil {
+	if err := c.conn.(*net.TCPConn).SetReadBuffer(16 << 10); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewSource(1))

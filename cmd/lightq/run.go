@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	configFile := fs.String("config", "", "read settings from this file (key = value lines, as --print-config shows)")
 	printConfig := fs.Bool("print-config", false, "print the embedded default configuration and exit")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (debugging; keep it on loopback)")
+	fetchCopy := fs.Bool("fetch-copy", false, "send FETCH data with read+write instead of sendfile (for comparing the two)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -99,6 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 
 	cfg, err := buildConfig(settings, getenv, stderr)
+	cfg.FetchCopy = *fetchCopy
 	if err == nil {
 		err = cfg.Validate()
 	}
