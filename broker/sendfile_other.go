@@ -20,5 +20,5 @@ func (c *conn) pumpTransfer() xferState { return c.pumpTransferCopy() }
 type writableWatcher struct{}
 
 func newWritableWatcher() (*writableWatcher, error) { return &writableWatcher{}, nil }
-func (w *writableWatcher) forget(int)             {}
-func (w *writableWatcher) close()                 {}
+func (w *writableWatcher) forget(int)               {}
+func (w *writableWatcher) close()                   {}
