@@ -34,7 +34,8 @@
 // request.go (request/response slots), admin.go (topic administration and the thin durable
 // requests), producer.go (options, Send, Flush, Close), producer_batch.go (sealing and
 // writing batches, the linger flusher, the acknowledgement queue),
-// subscription.go (DELIVER queue, decoding, credit).
+// subscription.go (DELIVER queue, decoding, credit), consumer.go (durable topics: per-partition
+// fetchers with bounded prefetch, start positions, group commits, reconnect).
 //
 // One reader goroutine per Conn reads frames into a reused buffer and dispatches them by op and
 // correlation id: DELIVER frames to the subscription named by their correlation id, ERROR and
