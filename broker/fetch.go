@@ -61,7 +61,7 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 		return
 	}
 	fw := &fetchWait{corr: corr, req: m, t: t, p: p}
-	if !c.srv.cfg.NoColdPrefetch && !p.dlog.log.InActiveSegment(m.Offset) && c.fetchFromWorker(fw) {
+	if !c.srv.cfg.NoColdPrefetch && c.mayBeCold(fw) && c.fetchFromWorker(fw) {
 		return
 	}
 	c.fetchOrWait(fw)
@@ -97,6 +97,18 @@ func (c *conn) fetchMaxBytes(fw *fetchWait) int {
 	return int(min(fw.req.MaxBytes, uint32(c.srv.cfg.Limits.MaxFrame-wire.HeaderSize-wire.FetchResponseHeaderSize)))
 }
 
+// mayBeCold reports whether serving fw could make the loop wait for the disk: its data is
+// outside the active segment and the page cache does not hold it (asked without blocking).
+func (c *conn) mayBeCold(fw *fetchWait) bool {
+	l := fw.p.dlog.log
+	if l.InActiveSegment(fw.req.Offset) {
+		return false
+	}
+	return !l.Probe(fw.req.Offset, int64(c.fetchMaxBytes(fw)), func(fd uintptr, pos, n int64) bool {
+		return resident(int(fd), pos, n)
+	})
+}
+
 // fetchFromWorker serves a FETCH of older data, whose pages may not be in the page cache: a
 // worker locates the batches (reading their headers) and reads the range into the cache, so
 // the loop never waits for the disk; the loop then sends it with sendfile. The connection
@@ -107,7 +119,7 @@ func (c *conn) fetchFromWorker(fw *fetchWait) bool {
 	c.hold()
 	ok := c.srv.ioPool.Submit(func() {
 		chunk, err := d.log.Read(fw.req.Offset, limit, maxBytes)
-		if chunk != nil {
+		if chunk != nil && !chunkResident(chunk) {
 			readInto(chunk)
 		}
 		queued := c.complete(func(c *conn) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	qlog "github.com/lightq/lightq/log"
 )
 
 // maxTransferTurn bounds the bytes one connection sends per loop turn, so that one consumer
@@ -115,6 +117,11 @@ func (c *conn) warmUp(x *transfer) bool {
 		return true
 	}
 	return false
+}
+
+// chunkResident reports whether a chunk's pages seem to be in the page cache.
+func chunkResident(ch *qlog.Chunk) bool {
+	return resident(int(ch.File.Fd()), ch.Pos, ch.Len)
 }
 
 // resident reports whether the first, middle and last pages of [pos, pos+n) are cached,

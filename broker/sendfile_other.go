@@ -2,6 +2,8 @@
 
 package broker
 
+import qlog "github.com/lightq/lightq/log"
+
 // maxTransferTurn bounds the bytes one connection sends per loop turn.
 const maxTransferTurn = 16 << 20
 
@@ -15,6 +17,12 @@ const (
 
 // pumpTransfer has no sendfile here: it copies.
 func (c *conn) pumpTransfer() xferState { return c.pumpTransferCopy() }
+
+// chunkResident cannot be told here: assume not, and read the chunk in on a worker.
+func chunkResident(*qlog.Chunk) bool { return false }
+
+// resident cannot be told here: assume not.
+func resident(int, int64, int64) bool { return false }
 
 // writableWatcher is not needed without sendfile.
 type writableWatcher struct{}

@@ -187,3 +187,24 @@ func (l *Log) InActiveSegment(offset int64) bool {
 	defer l.segMu.RUnlock()
 	return !l.closed && len(l.segs) > 0 && offset >= l.segs[len(l.segs)-1].base
 }
+
+// Probe asks probe about the bytes where offset lies — the segment's file descriptor, the
+// position of the nearest index entry at or before offset, and up to n bytes from there —
+// without any I/O of its own, holding the segment open meanwhile. The broker uses it to ask
+// the page cache whether a Read would wait for the disk. It returns false when offset is
+// outside the log.
+func (l *Log) Probe(offset, n int64, probe func(fd uintptr, pos, n int64) bool) bool {
+	l.segMu.RLock()
+	if l.closed || len(l.segs) == 0 || offset < l.segs[0].base || offset >= l.next.Load() {
+		l.segMu.RUnlock()
+		return false
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset }) - 1
+	s := l.segs[i]
+	pos, _ := floor(s.idx, uint32(offset-s.base))
+	n = min(n, s.size-pos)
+	s.refs.Add(1)
+	l.segMu.RUnlock()
+	defer s.release()
+	return probe(s.f.Fd(), pos, n)
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/wire"
 )
 
 // consumer is one subscription's measurements. Only its goroutine writes them until done.
@@ -59,13 +60,48 @@ func (c *consumer) handle(m *client.Received) error {
 	return nil
 }
 
+// source is what a benchmark consumer reads: a push subscription (transient topics) or a
+// fetching consumer (durable topics).
+type source interface {
+	Each(ctx context.Context, fn func(*client.Received) error) error
+	Close() error
+	Dropped() uint64
+}
+
+// durableSource adapts a durable-topic Consumer: nothing is ever dropped.
+type durableSource struct{ *client.Consumer }
+
+func (durableSource) Dropped() uint64 { return 0 }
+
+// openSource subscribes (transient) or starts a consumer (durable): in consume mode from the
+// beginning of the log, in e2e mode from its end.
+func openSource(ctx context.Context, cfg *Config, c *client.Conn) (source, error) {
+	if cfg.Kind != wire.KindDurable {
+		s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: cfg.Topic, Group: cfg.Group, Window: cfg.Window})
+		if err != nil {
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
+		return s, nil
+	}
+	start := client.Earliest()
+	if cfg.Mode == "e2e" {
+		start = client.Latest()
+	}
+	k, err := c.NewConsumer(ctx, client.ConsumerOptions{Topic: cfg.Topic, Group: cfg.Group, Start: start,
+		Prefetch: cfg.Window, MaxBytes: 1 << 20, AutoCommit: -1})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	return durableSource{k}, nil
+}
+
 // consumeAll subscribes cfg.Consumers times and receives until each has accounted for the
 // expected number of messages (received or dropped), it was idle for IdleTimeout, or ctx
 // ends. ready is closed once every subscription is in place.
 func consumeAll(ctx context.Context, cfg *Config, expect int64, ready chan<- struct{}, progress func(int64)) ([]*consumer, error) {
 	type sub struct {
 		conn *client.Conn
-		s    *client.Subscription
+		s    source
 	}
 	subs := make([]sub, cfg.Consumers)
 	for i := range subs {
@@ -74,10 +110,11 @@ func consumeAll(ctx context.Context, cfg *Config, expect int64, ready chan<- str
 			return nil, fmt.Errorf("consumer connection: %w", err)
 		}
 		defer c.Close()
-		s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: cfg.Topic, Group: cfg.Group, Window: cfg.Window})
+		s, err := openSource(ctx, cfg, c)
 		if err != nil {
-			return nil, fmt.Errorf("subscribe: %w", err)
+			return nil, err
 		}
+		defer s.Close()
 		subs[i] = sub{c, s}
 	}
 	if ready != nil {
