@@ -6,7 +6,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test unit race lint fuzz fuzz-short bench bench-e2e build-386 clean
+.PHONY: all build run test unit race lint fuzz fuzz-short bench bench-e2e bench-fetch crash soak build-386 clean
 
 all: build
 
@@ -55,6 +55,20 @@ bench:
 # Broker and clients as separate processes on loopback: lqbench e2e for 100 and 1024 bytes.
 bench-e2e:
 	./tools/bench-e2e.sh
+
+# Durable catch-up from the page cache: GB/s and broker CPU per GB, sendfile vs read+write.
+bench-fetch:
+	./tools/bench-fetch.sh
+
+# kill -9 crash cycles against the real binary (CRASH_CYCLES over the three fsync modes).
+crash:
+	LIGHTQ_CRASH_CYCLES=$(or $(CRASH_CYCLES),200) $(GO) test -count=1 -timeout 30m -run '^TestCrash' -v ./test/crash/
+
+# The long versions: crash cycles, the log's power-loss loop and torn tails at 10x, and
+# 512 MiB through a tiny receive buffer.
+soak: crash
+	LIGHTQ_LONG=1 $(GO) test -count=1 -timeout 30m ./log/...
+	LIGHTQ_SENDFILE_MIB=512 $(GO) test -count=1 -timeout 30m -run 'TestFetchExact' -v ./broker/
 
 clean:
 	rm -rf $(BIN)
