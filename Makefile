@@ -6,7 +6,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test unit race lint fuzz fuzz-short bench bench-e2e bench-fetch crash soak build-386 clean
+.PHONY: all build run test unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch crash soak build-386 clean
 
 all: build
 
@@ -48,8 +48,13 @@ fuzz:
 	  done; \
 	done
 
-# Micro-benchmarks with allocations.
+# The original LightQ's benchmark matrix: 100/256/512/1024-byte messages, transient and
+# durable (fsync=always), one producer and one consumer, broker and clients as processes.
 bench:
+	KINDS="transient durable" SIZES="100 256 512 1024" ROUNDS=1 ./tools/bench-e2e.sh
+
+# Micro-benchmarks with allocations.
+microbench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
 # Broker and clients as separate processes on loopback: lqbench e2e for 100 and 1024 bytes.
