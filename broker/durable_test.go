@@ -173,3 +173,31 @@ func TestDurableOffsetsAndRestart(t *testing.T) {
 		t.Fatalf("after restart the next batch got offset %d", resp.BaseOffset)
 	}
 }
+
+// TestListOffsetsByTimeIsPerRecord: the answer is the first record at or after the time, even
+// inside a batch.
+func TestListOffsetsByTimeIsPerRecord(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("times", 1)
+	c := login(t, srv.Addr(), "d-user", "d-pw")
+	var b wire.BatchBuilder
+	for _, ts := range []int64{1000, 2000, 3000} {
+		b.Append(ts, nil, []byte("v"), nil)
+	}
+	batch, err := b.Finish(wire.CodecNone, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.produceAcks("times", 0, wire.AcksWritten, append([]byte(nil), batch...))
+	for ts, want := range map[int64]int64{0: 0, 1000: 0, 1500: 1, 2000: 1, 3000: 2, 3001: 3} {
+		m := wire.ListOffsets{Topic: "times", Partition: 0, Mode: wire.OffsetTimestamp, Timestamp: ts}
+		var r wire.OffsetResponse
+		if err := r.Decode(c.expectResponse(wire.OpListOffsets, c.send(wire.OpListOffsets, m.AppendTo(nil)))); err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != want {
+			t.Errorf("offset for time %d: %d, want %d", ts, r.Offset, want)
+		}
+	}
+}
