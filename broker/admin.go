@@ -222,6 +222,7 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	}); err != nil {
 		return err
 	}
+	s.offsets.revive(mt.Name)
 	t := s.newTopic(mt, shape)
 	s.ringMemory += shape.memory(mt)
 	s.publish(func(topics map[string]*topic, users map[string]meta.User) {

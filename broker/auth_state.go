@@ -32,4 +32,11 @@ func (c *conn) setPrincipal(p *principal) {
 	}
 	clear(c.subs[len(kept):])
 	c.subs = kept
+	for i := 0; i < len(c.fetches); i++ {
+		if fw := c.fetches[i]; !p.mayUse(fw.t) {
+			c.sendError(fw.corr, wire.CodeNotAuthorized, fmt.Sprintf("FETCH on %q ended: the connection is no longer authorized for it", fw.t.name))
+			c.dropFetch(i)
+			i--
+		}
+	}
 }

@@ -58,6 +58,14 @@ type conn struct {
 
 	fetches []*fetchWait // FETCHes waiting for data (long poll)
 	xfer    *transfer    // the FETCH response being sent; nothing else is written meanwhile
+	ready   []readyFetch // FETCH answers prepared by workers, waiting for the socket
+	cold    int          // FETCHes being prepared by workers
+
+	readBlocked    bool // frames left unread: the client does not read its answers
+	deliverBlocked bool // deliveries stopped at the high-water mark
+	xferBlocked    bool // a copied transfer stopped at the high-water mark
+	inWrite        bool // a DELIVER writev is in progress (OnClose may run inside it)
+	closeDeferred  bool // OnClose ran inside that writev: finish closing after it
 }
 
 // pendingAck is a PRODUCE answer that waited for an fsync.
@@ -134,14 +142,36 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.principal == nil && !c.fatal && time.Now().After(c.authDeadline) {
 		c.sendError(0, wire.CodeAuthTimeout, "no successful AUTH within "+c.srv.cfg.Limits.AuthTimeout.String())
 	}
-	for turn := 0; turn < 8; turn++ {
+	act := c.turn()
+	if act != gnet.None || c.closed {
+		return act
+	}
+	if c.xfer != nil && c.gc.InboundBuffered() > c.inputBound() {
+		// Input piles up behind a transfer the client does not read; an ERROR cannot be
+		// written in the middle of the transfer, so just close.
+		c.log.Info().Int("inbound", c.gc.InboundBuffered()).Msg("closing: input piled up behind an unread FETCH response")
+		return gnet.Close
+	}
+	c.setStalled(c.readBlocked || c.deliverBlocked || c.xferBlocked)
+	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused {
+		// Drained: say goodbye and close (see Server.Shutdown).
+		c.sendError(0, wire.CodeShuttingDown, "broker is shutting down")
+		c.flush()
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+// turn does the connection's work for one wake: the transfer in flight, input frames,
+// deliveries and waiting fetches, each transfer started only when the previous one is done.
+// It yields after a few transfers, waking itself again, so one connection cannot hold the
+// loop.
+func (c *conn) turn() gnet.Action {
+	for turns := 0; ; turns++ {
+		if c.xfer == nil && len(c.ready) > 0 {
+			c.startReady()
+		}
 		if c.xfer != nil {
-			if !c.xfer.started {
-				c.xfer.started = true
-				if !c.flush() { // the response header goes out through gnet first
-					return gnet.None
-				}
-			}
 			switch c.pumpTransfer() {
 			case xferFailed:
 				return gnet.Close
@@ -149,10 +179,14 @@ func (c *conn) onTraffic() gnet.Action {
 				return gnet.None
 			}
 		}
+		if turns == 8 {
+			c.wakeNow() // more may be waiting: continue on the next wake
+			return gnet.None
+		}
 		if !c.fatal {
 			c.readFrames()
 		}
-		if c.xfer != nil {
+		if c.xfer != nil || len(c.ready) > 0 {
 			continue
 		}
 		if !c.flush() || c.fatal {
@@ -165,23 +199,22 @@ func (c *conn) onTraffic() gnet.Action {
 			}
 			c.serviceFetches()
 		}
-		if c.xfer == nil {
+		if c.xfer == nil && len(c.ready) == 0 {
 			if !c.flush() {
 				return gnet.None
 			}
-			break
+			return gnet.None
 		}
 	}
-	if c.closed {
-		return gnet.None
+}
+
+// inputBound is how much unprocessed input the connection may accumulate while it does not
+// read frames (a request holds it, a transfer runs, or its output is over the high-water mark).
+func (c *conn) inputBound() int {
+	if c.principal == nil {
+		return 2 * c.srv.cfg.Limits.PreAuthMaxFrame
 	}
-	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused {
-		// Drained: say goodbye and close (see Server.Shutdown).
-		c.sendError(0, wire.CodeShuttingDown, "broker is shutting down")
-		c.flush()
-		return gnet.Close
-	}
-	return gnet.None
+	return 4 * c.srv.cfg.Limits.MaxFrame
 }
 
 func (c *conn) runCompletions() {
@@ -213,10 +246,17 @@ func (c *conn) runCompletions() {
 // connection is running.
 func (c *conn) readFrames() {
 	limits := &c.srv.cfg.Limits
+	c.readBlocked = false
 	for !c.paused && !c.fatal && c.xfer == nil {
 		buffered := c.gc.InboundBuffered()
 		if buffered == 0 {
 			return
+		}
+		if c.gc.OutboundBuffered()+len(c.out) >= c.srv.cfg.HighWaterMark {
+			// The client does not read its answers: read no more requests until it does
+			// (the ticker wakes us to check).
+			c.readBlocked = true
+			break
 		}
 		maxFrame := limits.MaxFrame
 		if c.principal == nil {
@@ -244,15 +284,10 @@ func (c *conn) readFrames() {
 		c.handle(h, body)
 		_, _ = c.gc.Discard(size)
 	}
-	// A paused connection keeps its input, and gnet keeps reading: bound what a client may
-	// send meanwhile (before AUTH, to two pre-auth frames).
-	if c.paused && !c.fatal {
-		bound := 4 * limits.MaxFrame
-		if c.principal == nil {
-			bound = 2 * limits.PreAuthMaxFrame
-		}
-		if n := c.gc.InboundBuffered(); n > bound {
-			c.sendError(0, wire.CodeTooMuchInput, fmt.Sprintf("%d bytes sent while a request holding the connection was running (limit %d)", n, bound))
+	// Input is kept while frames are not read, and gnet keeps reading: bound it.
+	if (c.paused || c.readBlocked) && !c.fatal {
+		if n, bound := c.gc.InboundBuffered(), c.inputBound(); n > bound {
+			c.sendError(0, wire.CodeTooMuchInput, fmt.Sprintf("%d bytes sent while the broker could not take requests (limit %d)", n, bound))
 		}
 	}
 }
@@ -359,6 +394,17 @@ func (c *conn) setStalled(v bool) {
 // onClose drops the connection's subscriptions and publisher registrations.
 func (c *conn) onClose() {
 	c.closed = true
+	if c.inWrite {
+		// Inside a DELIVER writev, under a ring slot's read lock: closing takes topic locks,
+		// which would invert the lock order. deliverFrom finishes the close after releasing.
+		c.closeDeferred = true
+		return
+	}
+	c.finishClose()
+}
+
+// finishClose releases what the connection holds. Runs on its loop, holding no lock.
+func (c *conn) finishClose() {
 	c.srv.watcher.forget(c.gc.Fd())
 	c.mu.Lock()
 	c.dead = true

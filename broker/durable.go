@@ -96,6 +96,7 @@ type durablePart struct {
 
 	mu      sync.Mutex
 	waiters []durableAck
+	closed  bool // the syncer is gone: waiters are failed at once
 }
 
 // durableAck is a produced batch waiting for the fsync that makes it durable.
@@ -145,6 +146,11 @@ func (d *durablePart) needsSyncForAck(acks wire.Acks) bool {
 // waitDurable queues an ack for the batch [base, next) until it is fsynced.
 func (d *durablePart) waitDurable(a durableAck) {
 	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		a.c.queueAck(pendingAck{corr: a.corr, partition: d.part.id, base: a.base, err: qlog.ErrClosed})
+		return
+	}
 	d.waiters = append(d.waiters, a)
 	d.mu.Unlock()
 	d.kickSync()
@@ -236,12 +242,24 @@ func (d *durablePart) close() error {
 	}
 	close(d.stop)
 	<-d.done
+	// Batches appended during the last fsync have no syncer left: fail their acks (the
+	// topic is being deleted or the broker stopped).
+	d.mu.Lock()
+	d.closed = true
+	left := d.waiters
+	d.waiters = nil
+	d.mu.Unlock()
+	for _, w := range left {
+		w.c.queueAck(pendingAck{corr: w.corr, partition: d.part.id, base: w.base, err: qlog.ErrClosed})
+	}
 	return d.log.Close()
 }
 
 // storageCode maps a log error to the code a client gets.
 func storageCode(err error) wire.Code {
 	switch {
+	case errors.Is(err, qlog.ErrClosed):
+		return wire.CodeUnknownTopic // the topic was deleted under the request
 	case errors.Is(err, qlog.ErrStorageFull):
 		return wire.CodeStorageFull
 	case errors.Is(err, qlog.ErrOffsetOutOfRange):

@@ -201,3 +201,36 @@ func TestListOffsetsByTimeIsPerRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelinedFetches: many FETCHes in one write are all answered, in order of their
+// transfers, whatever the number (a connection yields its loop every few transfers and must
+// resume by itself).
+func TestPipelinedFetches(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("pipe", 1, wire.Option{Key: "fsync", Value: "never"})
+	c := login(t, srv.Addr(), "d-user", "d-pw")
+	for i := 0; i < 30; i++ {
+		c.produceAcks("pipe", 0, wire.AcksWritten, testBatch(t, fmt.Sprint(i)))
+	}
+	var stream []byte
+	for i := 0; i < 30; i++ {
+		m := wire.Fetch{Topic: "pipe", Partition: 0, Offset: int64(i), MaxBytes: 1}
+		stream = wire.AppendFrame(stream, wire.OpFetch, 0, uint32(1000+i), m.AppendTo(nil))
+	}
+	c.write(stream)
+	for i := 0; i < 30; i++ {
+		f := c.mustRead()
+		if f.h.Op != wire.OpFetch || f.h.Corr != uint32(1000+i) {
+			t.Fatalf("answer %d: %s corr %d", i, f.h.Op, f.h.Corr)
+		}
+		var resp wire.FetchResponse
+		if err := resp.Decode(f.body); err != nil {
+			t.Fatal(err)
+		}
+		bt, err := wire.ParseBatch(resp.Batches, 1<<20)
+		if err != nil || bt.BaseOffset != int64(i) {
+			t.Fatalf("answer %d: batch at %d, %v", i, bt.BaseOffset, err)
+		}
+	}
+}

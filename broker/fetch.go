@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,7 +28,6 @@ type transfer struct {
 	chunk     *qlog.Chunk
 	pos       int64 // next file position to send
 	remaining int64
-	started   bool // the response header has been handed to gnet
 	prefetch  bool // a worker is reading the range into the page cache
 	warm      bool // the range was found (or made) resident in the page cache
 }
@@ -60,11 +58,44 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeStorageError, p.dlog.err.Error())
 		return
 	}
+	if len(c.fetches)+c.cold+len(c.ready) >= maxFetchesPerConn {
+		c.sendError(corr, wire.CodeResourceLimit, fmt.Sprintf("a connection may have %d FETCHes outstanding", maxFetchesPerConn))
+		return
+	}
 	fw := &fetchWait{corr: corr, req: m, t: t, p: p}
 	if !c.srv.cfg.NoColdPrefetch && c.mayBeCold(fw) && c.fetchFromWorker(fw) {
 		return
 	}
 	c.fetchOrWait(fw)
+}
+
+// maxFetchesPerConn bounds a connection's outstanding FETCHes (waiting, being prepared, or
+// prepared and queued).
+const maxFetchesPerConn = 1024
+
+// readyFetch is a FETCH answer a worker prepared, waiting for the connection's socket.
+type readyFetch struct {
+	fw    *fetchWait
+	chunk *qlog.Chunk // nil: the worker found no data; the FETCH goes on as usual
+	err   error
+}
+
+// startReady answers the oldest prepared FETCH. Runs on the loop when no transfer is running.
+func (c *conn) startReady() {
+	r := c.ready[0]
+	c.ready[0] = readyFetch{}
+	c.ready = c.ready[1:]
+	switch {
+	case r.err != nil:
+		c.sendError(r.fw.corr, fetchErrorCode(r.err), r.err.Error())
+	case r.chunk == nil:
+		c.fetchOrWait(r.fw)
+	default:
+		c.respondFetch(r.fw, r.chunk)
+		if c.xfer != nil {
+			c.xfer.warm = true
+		}
+	}
 }
 
 // fetchOrWait answers fw now if there is data, else parks it until data comes or its wait ends.
@@ -84,6 +115,9 @@ func (c *conn) fetchOrWait(fw *fetchWait) {
 	p.addWaiter(c)
 	t.mu.Unlock()
 	c.fetches = append(c.fetches, fw)
+	if t.deleted.Load() {
+		c.wakeNow() // deleted while we registered: serviceFetches answers it
+	}
 }
 
 // wakeNow wakes the loop even if a coalesced wake is pending (a deadline must not be missed).
@@ -111,37 +145,32 @@ func (c *conn) mayBeCold(fw *fetchWait) bool {
 
 // fetchFromWorker serves a FETCH of older data, whose pages may not be in the page cache: a
 // worker locates the batches (reading their headers) and reads the range into the cache, so
-// the loop never waits for the disk; the loop then sends it with sendfile. The connection
-// reads no further requests meanwhile. It returns false when the workers are saturated.
+// the loop never waits for the disk; the answer then joins c.ready and goes out with sendfile
+// when the socket is free. Other requests go on meanwhile (answers are matched by corr id).
+// It returns false when the workers are saturated.
 func (c *conn) fetchFromWorker(fw *fetchWait) bool {
 	d := fw.p.dlog
 	limit, maxBytes := d.visibleLimit(fw.req.Isolation), c.fetchMaxBytes(fw)
-	c.hold()
+	c.cold++
 	ok := c.srv.ioPool.Submit(func() {
 		chunk, err := d.log.Read(fw.req.Offset, limit, maxBytes)
 		if chunk != nil && !chunkResident(chunk) {
 			readInto(chunk)
 		}
 		queued := c.complete(func(c *conn) {
-			c.release()
-			switch {
-			case c.closed:
+			c.cold--
+			if c.closed {
 				chunk.Release()
-			case err != nil:
-				c.sendError(fw.corr, fetchErrorCode(err), err.Error())
-			case chunk == nil:
-				c.fetchOrWait(fw)
-			default:
-				c.respondFetch(fw, chunk)
-				c.xfer.warm = true
+				return
 			}
+			c.ready = append(c.ready, readyFetch{fw: fw, chunk: chunk, err: err})
 		})
 		if !queued {
 			chunk.Release()
 		}
 	})
 	if !ok {
-		c.release()
+		c.cold--
 	}
 	return ok
 }
@@ -159,12 +188,7 @@ func readInto(chunk *qlog.Chunk) {
 	}
 }
 
-func fetchErrorCode(err error) wire.Code {
-	if errors.Is(err, qlog.ErrClosed) {
-		return wire.CodeUnknownTopic
-	}
-	return storageCode(err)
-}
+func fetchErrorCode(err error) wire.Code { return storageCode(err) }
 
 // tryFetch answers fw if data is readable (or the request is bad). It returns false when the
 // fetch must wait for data.
@@ -196,6 +220,12 @@ func (c *conn) respondFetch(fw *fetchWait, chunk *qlog.Chunk) {
 	resp.AppendTo(hdr[wire.HeaderSize:wire.HeaderSize]) // fills hdr in place
 	c.out = append(c.out, hdr[:]...)
 	if chunk == nil {
+		return
+	}
+	// The header and everything queued before it go to gnet now; from here until the
+	// transfer ends, nothing else is written (c.out only queues).
+	if !c.flush() {
+		chunk.Release()
 		return
 	}
 	st := &fw.t.stats
@@ -233,13 +263,19 @@ func (c *conn) dropFetch(i int) {
 	c.fetches = append(c.fetches[:i], c.fetches[i+1:]...)
 }
 
-// endFetches drops every waiting fetch and any transfer (the connection closed).
+// endFetches drops every waiting fetch, prepared answer and transfer (the connection closed).
 func (c *conn) endFetches() {
 	for len(c.fetches) > 0 {
 		c.dropFetch(len(c.fetches) - 1)
 	}
+	for _, r := range c.ready {
+		r.chunk.Release()
+	}
+	c.ready = nil
 	if c.xfer != nil {
-		c.xfer.chunk.Release()
+		if !c.xfer.prefetch { // else the prefetch worker releases it (see warmUp)
+			c.xfer.chunk.Release()
+		}
 		c.xfer = nil
 	}
 }

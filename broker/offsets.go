@@ -27,12 +27,13 @@ type offsetStore struct {
 
 	mu     sync.Mutex
 	topics map[string]map[string]map[uint32]int64 // topic -> group -> partition -> next offset
+	gone   map[string]bool                        // deleted topics: late commits are refused
 
 	writeMu sync.Mutex
 }
 
 func newOffsetStore(dataDir string) *offsetStore {
-	return &offsetStore{dataDir: dataDir, topics: map[string]map[string]map[uint32]int64{}}
+	return &offsetStore{dataDir: dataDir, topics: map[string]map[string]map[uint32]int64{}, gone: map[string]bool{}}
 }
 
 func (o *offsetStore) path(topic string) string {
@@ -90,6 +91,10 @@ func (o *offsetStore) commit(topic, group string, partition uint32, offset int64
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
 	o.mu.Lock()
+	if o.gone[topic] {
+		o.mu.Unlock()
+		return answer(wire.CodeUnknownTopic, "topic %q was deleted", topic)
+	}
 	groups := o.topics[topic]
 	if groups == nil {
 		groups = map[string]map[uint32]int64{}
@@ -135,6 +140,16 @@ func (o *offsetStore) drop(topic string) {
 	defer o.writeMu.Unlock()
 	o.mu.Lock()
 	delete(o.topics, topic)
+	o.gone[topic] = true
+	o.mu.Unlock()
+}
+
+// revive allows commits for a topic created (again) under this name.
+func (o *offsetStore) revive(topic string) {
+	o.writeMu.Lock()
+	defer o.writeMu.Unlock()
+	o.mu.Lock()
+	delete(o.gone, topic)
 	o.mu.Unlock()
 }
 
@@ -264,7 +279,7 @@ func (c *conn) handleListOffsets(corr uint32, body []byte) {
 		// The time index finds the batch; its records are read on a worker (disk, maybe
 		// decompression) to find the first record at or after the time.
 		maxBatch := c.srv.cfg.Limits.MaxBatch
-		ok := c.srv.ioPool.Submit(func() {
+		ok := c.srv.metaPool.Submit(func() {
 			off, err := offsetForTime(l, m.Timestamp, maxBatch)
 			c.complete(func(c *conn) {
 				if err != nil {
@@ -305,7 +320,7 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 		return
 	}
 	store, topicName := c.srv.offsets, t.name
-	ok := c.srv.ioPool.Submit(func() {
+	ok := c.srv.metaPool.Submit(func() {
 		err := store.commit(topicName, m.Group, m.Partition, m.Offset)
 		c.complete(func(c *conn) {
 			c.reply(corr, err, func() { c.respondEmpty(wire.OpCommitOffset, corr) })

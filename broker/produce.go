@@ -86,14 +86,15 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	t.stats.bytesIn.Add(uint64(len(m.Batch)))
 	t.stats.batchesIn.Add(1)
 	c.notePublisher(t)
+	// Waiting fetches with isolation "written" (and every fetch unless fsync=always) can
+	// see the batch now; the syncer wakes the others once it is durable.
+	p.wakeAll()
 	switch {
 	case d.needsSyncForAck(m.Acks):
 		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count)})
 		return
 	case d.shape.mode == fsyncAlways:
-		d.kickSync() // consumers see it once durable
-	default:
-		p.wakeAll()
+		d.kickSync() // consumers with isolation "durable" see it once fsynced
 	}
 	if m.Acks != wire.AcksNone {
 		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: base}

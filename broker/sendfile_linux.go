@@ -98,6 +98,8 @@ func (c *conn) warmUp(x *transfer) bool {
 	}
 	x.prefetch = true
 	pos, n := x.pos, x.remaining
+	// The job holds x.chunk (and so the file) until its completion runs; if the connection
+	// closes first, endFetches leaves the chunk to the job, which releases it.
 	ok := c.srv.ioPool.Submit(func() {
 		buf := prefetchBuf.Get().(*[]byte)
 		for off := pos; off < pos+n; {
@@ -108,9 +110,9 @@ func (c *conn) warmUp(x *transfer) bool {
 			off += int64(m)
 		}
 		prefetchBuf.Put(buf)
-		c.complete(func(c *conn) {
-			x.prefetch, x.warm = false, true
-		})
+		if !c.complete(func(c *conn) { x.prefetch, x.warm = false, true }) {
+			x.chunk.Release()
+		}
 	})
 	if !ok { // workers busy: send it from here after all
 		x.prefetch, x.warm = false, true

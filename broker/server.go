@@ -56,7 +56,8 @@ type Server struct {
 	verifier *auth.Verifier
 	throttle *auth.Throttle
 	pool     *auth.Pool       // credential checks and topic changes
-	ioPool   *auth.Pool       // cold-chunk prefetch and offset commits
+	ioPool   *auth.Pool       // cold FETCH reads and prefetch
+	metaPool *auth.Pool       // offset commits and LIST_OFFSETS by time
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
 
@@ -151,6 +152,7 @@ func (s *Server) loadTopics(st meta.State) {
 func (s *Server) Start() error {
 	s.pool = auth.NewPool(s.cfg.AuthWorkers, s.cfg.AuthQueue)
 	s.ioPool = auth.NewPool(4, 4096)
+	s.metaPool = auth.NewPool(2, 4096)
 	w, err := newWritableWatcher()
 	if err != nil {
 		return err
@@ -179,6 +181,7 @@ func (s *Server) Start() error {
 	case <-s.done:
 		s.pool.Close()
 		s.ioPool.Close()
+		s.metaPool.Close()
 		s.watcher.close()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
 	}
@@ -258,6 +261,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.pool.Close()
 		s.ioPool.Close()
+		s.metaPool.Close()
 		s.watcher.close()
 		for _, t := range *s.topics.Load() {
 			if e := t.closeLogs(); e != nil {

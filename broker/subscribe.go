@@ -80,6 +80,9 @@ func (c *conn) handleSubscribe(corr uint32, body []byte) {
 	t.mu.Unlock()
 	t.stats.subscribers.Add(1)
 	c.subs = append(c.subs, s)
+	if t.deleted.Load() {
+		c.wakeNow() // deleted while we registered: deliver ends the subscription
+	}
 	resp := wire.SubscribeResponse{SubscriptionID: s.id, Partitions: uint32(len(parts))}
 	c.respond(wire.OpSubscribe, corr, resp.AppendTo)
 }
@@ -161,7 +164,7 @@ func (c *conn) deliver() {
 		}
 		for s.credit > 0 {
 			if c.gc.OutboundBuffered() >= hwm {
-				c.setStalled(true)
+				c.deliverBlocked = true
 				return
 			}
 			if !c.deliverOne(s) {
@@ -172,7 +175,7 @@ func (c *conn) deliver() {
 			}
 		}
 	}
-	c.setStalled(false)
+	c.deliverBlocked = false
 }
 
 // deliverOne sends the next batch of any of s's partitions, starting after the one served
@@ -202,6 +205,7 @@ func (c *conn) deliverFrom(s *subscription, cur *cursor) bool {
 		cur.seq, cur.nextMsg = v.Seq+1, v.FirstMsg+uint64(v.Count)
 		c.writeDeliver(s, cur, v.Data, v.Count, dropped)
 		r.Release(v)
+		c.afterWrite()
 		return true
 	}
 	g := cur.grp
@@ -216,7 +220,18 @@ func (c *conn) deliverFrom(s *subscription, cur *cursor) bool {
 	g.mu.Unlock()
 	c.writeDeliver(s, cur, v.Data, v.Count, dropped)
 	r.Release(v)
+	c.afterWrite()
 	return true
+}
+
+// afterWrite finishes a close that happened inside writeDeliver, now that the ring slot is
+// released.
+func (c *conn) afterWrite() {
+	c.inWrite = false
+	if c.closeDeferred {
+		c.closeDeferred = false
+		c.finishClose()
+	}
 }
 
 // writeDeliver writes one DELIVER frame: header and body prefix from the connection's scratch,
@@ -226,6 +241,7 @@ func (c *conn) writeDeliver(s *subscription, cur *cursor, batch []byte, count ui
 	wire.PutHeader(hdr, wire.OpDeliver, 0, s.id, wire.DeliverHeaderSize+len(batch))
 	wire.PutDeliverHeader(hdr[wire.HeaderSize:], cur.part.id, dropped)
 	c.iov = append(c.iov[:0], hdr, batch)
+	c.inWrite = true // see onClose
 	_, _ = c.gc.Writev(c.iov)
 	c.iov[1] = nil // do not keep the ring memory reachable from here
 	s.credit -= int64(len(batch))

@@ -13,7 +13,7 @@ func (c *conn) pumpTransferCopy() xferState {
 	budget := int64(maxTransferTurn)
 	for x.remaining > 0 && budget > 0 {
 		if c.gc.OutboundBuffered() >= c.srv.cfg.HighWaterMark {
-			c.setStalled(true)
+			c.xferBlocked = true // the ticker wakes us to continue
 			return xferWaiting
 		}
 		n, err := x.chunk.File.ReadAt((*buf)[:min(int64(len(*buf)), x.remaining)], x.pos)
@@ -30,7 +30,7 @@ func (c *conn) pumpTransferCopy() xferState {
 			return xferFailed
 		}
 	}
-	c.setStalled(false)
+	c.xferBlocked = false
 	if x.remaining > 0 {
 		c.wakeNow()
 		return xferWaiting
