@@ -6,7 +6,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build run test unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch crash soak build-386 clean
+.PHONY: all build run test unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare crash soak build-386 clean
 
 all: build
 
@@ -64,6 +64,12 @@ bench-e2e:
 # Durable catch-up from the page cache: GB/s and broker CPU per GB, sendfile vs read+write.
 bench-fetch:
 	./tools/bench-fetch.sh
+
+# LightQ vs NATS side by side (installs the pinned NATS peers on first use; ~11 min): prints the
+# table and rewrites docs/PERFORMANCE.md's generated section and docs/compare-throughput.svg.
+COMPARE_ROUNDS ?= 3
+compare:
+	$(GO) run ./tools/compare -rounds $(COMPARE_ROUNDS) -doc docs/PERFORMANCE.md -svg docs/compare-throughput.svg $(ARGS)
 
 # kill -9 crash cycles against the real binary (CRASH_CYCLES over the three fsync modes).
 crash:
