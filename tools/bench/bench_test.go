@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -349,18 +350,23 @@ func TestSleepUntilNeverEarly(t *testing.T) {
 		100 * time.Microsecond, 199 * time.Microsecond, 201 * time.Microsecond, 300 * time.Microsecond,
 		time.Millisecond, 2500 * time.Microsecond}
 	var late time.Duration
+	pace := newPacer()
+	defer pace.close()
+	var lates []time.Duration
 	for round := 0; round < 10; round++ {
 		for _, d := range delays {
 			target := time.Now().Add(d)
-			sleepUntil(target)
+			sleepUntil(target, pace)
 			now := time.Now()
 			if now.Before(target) {
 				t.Fatalf("sleepUntil(now+%v) returned %v early", d, target.Sub(now))
 			}
 			late = max(late, now.Sub(target))
+			lates = append(lates, now.Sub(target))
 		}
 	}
-	t.Logf("latest return: %v after the target", late)
+	sort.Slice(lates, func(i, j int) bool { return lates[i] < lates[j] })
+	t.Logf("return after the target: median %v, latest %v", lates[len(lates)/2], late)
 
 	// Concurrent sleepers too.
 	var wg sync.WaitGroup
@@ -369,9 +375,11 @@ func TestSleepUntilNeverEarly(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			p := newPacer()
+			defer p.close()
 			for i := 0; i < 20; i++ {
 				target := time.Now().Add(time.Duration(50+37*i) * time.Microsecond)
-				sleepUntil(target)
+				sleepUntil(target, p)
 				if time.Now().Before(target) {
 					errs <- fmt.Errorf("goroutine %d: early return", g)
 					return

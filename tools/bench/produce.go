@@ -76,6 +76,8 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	if cfg.Rate > 0 {
 		interval = time.Duration(float64(time.Second) * float64(cfg.Producers) / float64(cfg.Rate))
 	}
+	pace := newPacer()
+	defer pace.close()
 	start := time.Now()
 	const progressEvery = 4096
 	for i := 0; i < cfg.Messages; i++ {
@@ -83,7 +85,7 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 		if interval > 0 {
 			intended := start.Add(time.Duration(i) * interval)
 			if d := time.Until(intended); d > 0 {
-				sleepUntil(intended)
+				sleepUntil(intended, pace)
 			}
 			stamp = intended
 		}
@@ -110,16 +112,21 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	return nil
 }
 
-// sleepUntil waits for t. It sleeps rather than spins: on a 2-core machine a spinning producer
-// takes a core from the broker and the consumer, which shows up as their latency. A send made
-// late by timer slack is measured from its scheduled time, so the lateness is counted.
-func sleepUntil(t time.Time) {
+// sleepUntil waits for t without spinning: on a 2-core machine a spinning producer takes a
+// core from the broker and the consumer, which shows up as their latency. Sends are stamped
+// with their scheduled time, so a late wake-up would be measured as latency: the last stretch
+// uses the pacer's precise sleep (see pacer_linux.go).
+func sleepUntil(t time.Time, p *pacer) {
 	for {
 		d := time.Until(t)
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			return
+		case d > 2*time.Millisecond:
+			time.Sleep(d - time.Millisecond)
+		default:
+			p.sleep(d)
 		}
-		time.Sleep(d)
 	}
 }
 
