@@ -1080,18 +1080,8 @@ func (k *Consumer) Messages() <-chan Received {
 			defer close(k.msgs)
 			ctx := k.msgsCtx
 			_ = k.each(ctx, func(r *Received) error {
-				m := *r
-				m.Key = append([]byte(nil), r.Key...)
-				m.Value = append([]byte(nil), r.Value...)
-				m.Headers = nil
-				if len(r.Headers) > 0 {
-					m.Headers = make([]wire.RecordHeader, len(r.Headers))
-					for i, h := range r.Headers {
-						m.Headers[i] = wire.RecordHeader{Name: append([]byte(nil), h.Name...), Value: append([]byte(nil), h.Value...)}
-					}
-				}
 				select {
-				case k.msgs <- m:
+				case k.msgs <- r.clone():
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()

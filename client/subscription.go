@@ -46,6 +46,21 @@ type Received struct {
 	Dropped uint64
 }
 
+// clone copies a Received out of the buffers it aliases.
+func (r *Received) clone() Received {
+	m := *r
+	m.Key = append([]byte(nil), r.Key...)
+	m.Value = append([]byte(nil), r.Value...)
+	m.Headers = nil
+	if len(r.Headers) > 0 {
+		m.Headers = make([]wire.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			m.Headers[i] = wire.RecordHeader{Name: append([]byte(nil), h.Name...), Value: append([]byte(nil), h.Value...)}
+		}
+	}
+	return m
+}
+
 // Subscription receives the batches the broker pushes for one SUBSCRIBE. Consume it with
 // Each (no allocation per message) or Messages (a channel of copies), not both, and from one
 // goroutine at a time. Close, Dropped, Err and the accessors are safe from any goroutine.
@@ -406,17 +421,8 @@ func (s *Subscription) Messages() <-chan Received {
 			defer close(s.msgs)
 			ctx := s.msgsCtx
 			_ = s.Each(ctx, func(r *Received) error {
-				m := *r
-				m.Key = append([]byte(nil), r.Key...)
-				m.Value = append([]byte(nil), r.Value...)
-				if len(r.Headers) > 0 {
-					m.Headers = make([]wire.RecordHeader, len(r.Headers))
-					for i, h := range r.Headers {
-						m.Headers[i] = wire.RecordHeader{Name: append([]byte(nil), h.Name...), Value: append([]byte(nil), h.Value...)}
-					}
-				}
 				select {
-				case s.msgs <- m:
+				case s.msgs <- r.clone():
 					return nil
 				case <-ctx.Done():
 					return ctx.Err()

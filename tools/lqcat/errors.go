@@ -3,6 +3,7 @@ package lqcat
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -41,6 +42,19 @@ func usageErr(format string, args ...any) error {
 
 // errHelp ends a run that printed its help: exit 0.
 var errHelp = errors.New("help requested")
+
+// subcommandHelp prints help for a subcommand family called with no subcommand (a usage
+// error) or with -h/--help/help (errHelp); otherwise it returns nil and the caller goes on.
+func (r *runner) subcommandHelp(args []string, help, missing string) error {
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+		return nil
+	}
+	io.WriteString(r.stdout, help)
+	if len(args) == 0 {
+		return usageErr("%s", missing)
+	}
+	return errHelp
+}
 
 // exitCode maps an error to lqcat's exit code.
 func exitCode(err error) int {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -34,12 +33,8 @@ Example:
 `
 
 func (r *runner) groupCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		io.WriteString(r.stdout, groupHelp)
-		if len(args) == 0 {
-			return usageErr("group: say describe, reset or list")
-		}
-		return errHelp
+	if err := r.subcommandHelp(args, groupHelp, "group: say describe, reset or list"); err != nil {
+		return err
 	}
 	sub := args[0]
 	fs := newFlagSet("group " + sub)

@@ -195,12 +195,8 @@ Example:
 `
 
 func (r *runner) topicCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		io.WriteString(r.stdout, topicHelp)
-		if len(args) == 0 {
-			return usageErr("topic: say create, delete or list")
-		}
-		return errHelp
+	if err := r.subcommandHelp(args, topicHelp, "topic: say create, delete or list"); err != nil {
+		return err
 	}
 	sub := args[0]
 	fs := newFlagSet("topic " + sub)
