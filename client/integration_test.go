@@ -13,10 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/lightq/lightq/broker"
-	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/wire"
 )
@@ -34,27 +32,12 @@ var errItDone = errors.New("done")
 // startBroker starts a real broker for the test and shuts it down at the end.
 func startBroker(t testing.TB, mutate func(*broker.Config)) *broker.Server {
 	t.Helper()
-	cfg := broker.DefaultConfig()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.AdminUser = itAdminUser
-	cfg.AdminPassword = itAdminPass
-	cfg.HashParams = auth.TestParams()
-	cfg.Logger = zerolog.Nop()
-	cfg.RingBytes = 4 << 20
-	cfg.ShutdownDrain = 500 * time.Millisecond
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	srv, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return srv
+	return brokertest.Start(t, func(cfg *broker.Config) {
+		cfg.AdminUser, cfg.AdminPassword = itAdminUser, itAdminPass
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
 }
 
 func itCtx(t testing.TB) context.Context {

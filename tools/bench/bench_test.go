@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/lightq/lightq/broker"
-	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
 )
 
@@ -27,22 +25,7 @@ const (
 // startTestBroker starts an in-process broker on a free loopback port.
 func startTestBroker(t *testing.T) string {
 	t.Helper()
-	cfg := broker.DefaultConfig()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.AdminPassword = testAdminPass
-	cfg.HashParams = auth.TestParams()
-	cfg.Logger = zerolog.Nop()
-	cfg.ShutdownDrain = 500 * time.Millisecond
-	srv, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return srv.Addr()
+	return brokertest.Start(t, func(cfg *broker.Config) { cfg.AdminPassword = testAdminPass }).Addr()
 }
 
 func testConfig(addr, mode, topic string, messages, size int) Config {

@@ -17,10 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/lightq/lightq/broker"
-	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/wire"
 )
@@ -40,25 +38,13 @@ type env struct {
 
 func newEnv(t *testing.T, mutate func(*broker.Config)) *env {
 	t.Helper()
-	cfg := broker.DefaultConfig()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.AdminPassword = adminPass
-	cfg.HashParams = auth.TestParams()
-	cfg.Logger = zerolog.Nop()
-	cfg.RingBytes = 4 << 20
-	cfg.ShutdownDrain = 200 * time.Millisecond
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	srv, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	srv := brokertest.Start(t, func(cfg *broker.Config) {
+		cfg.AdminUser, cfg.AdminPassword = "admin", adminPass
+		cfg.ShutdownDrain = 200 * time.Millisecond
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
 	return &env{t: t, addr: srv.Addr(), vars: map[string]string{
 		"LIGHTQ_BROKER": srv.Addr(), "LIGHTQ_USER": userName, "LIGHTQ_PASSWORD": userPass, "LIGHTQ_ADMIN_PASSWORD": adminPass,
 	}}

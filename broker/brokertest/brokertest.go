@@ -1,0 +1,63 @@
+// Package brokertest starts real brokers for the tests of other packages: listening on
+// 127.0.0.1 with a free port, a temporary data directory, cheap password hashing, no log
+// output, and a shutdown when the test ends. Only tests import it.
+//
+//	srv := brokertest.Start(t, func(c *broker.Config) { c.AdminPassword = "pw" })
+//	conn, err := client.Dial(ctx, srv.Addr(), client.Options{User: "admin", Password: "pw"})
+package brokertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lightq/lightq/broker"
+	"github.com/lightq/lightq/broker/auth"
+)
+
+// Admin credentials a broker from Config gets unless the caller changes them.
+const (
+	AdminUser     = "admin"
+	AdminPassword = "brokertest-admin-password"
+)
+
+// Config is a broker configuration for tests.
+func Config(t testing.TB) broker.Config {
+	cfg := broker.DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.AdminUser = AdminUser
+	cfg.AdminPassword = AdminPassword
+	cfg.HashParams = auth.TestParams()
+	cfg.Logger = zerolog.Nop()
+	cfg.RingBytes = 4 << 20
+	cfg.ShutdownDrain = 500 * time.Millisecond
+	return cfg
+}
+
+// Start starts a broker with Config, changed by mutate (may be nil), and stops it when the
+// test ends.
+func Start(t testing.TB, mutate func(*broker.Config)) *broker.Server {
+	t.Helper()
+	cfg := Config(t)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return StartWith(t, cfg)
+}
+
+// StartWith starts a broker with cfg and stops it when the test ends.
+func StartWith(t testing.TB, cfg broker.Config) *broker.Server {
+	t.Helper()
+	srv, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv
+}
