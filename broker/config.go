@@ -35,6 +35,10 @@ type Config struct {
 	// loses the oldest messages if the ring moves on (it is told how many).
 	HighWaterMark int
 
+	// TransferTimeout closes a connection whose FETCH response has not moved for this long:
+	// the transfer pins its segment file, which retention may have deleted.
+	TransferTimeout time.Duration
+
 	RingBytes     int   // default arena size of a transient partition
 	RingSlots     int   // default batch capacity of a transient partition
 	MaxRingMemory int64 // total ring memory of all transient topics; CREATE_TOPIC past it: RESOURCE_LIMIT
@@ -71,6 +75,7 @@ func DefaultConfig() Config {
 		AuthWorkers:             2,
 		AuthQueue:               256,
 		ShutdownDrain:           2 * time.Second,
+		TransferTimeout:         time.Minute,
 		Logger:                  zerolog.Nop(),
 	}
 }
@@ -81,6 +86,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits: %w", err)
 	}
 	switch {
+	case c.TransferTimeout <= 0:
+		return fmt.Errorf("transfer timeout must be positive")
 	case c.EventLoops < 0:
 		return fmt.Errorf("event loops must not be negative")
 	case c.DataDir == "":

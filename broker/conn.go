@@ -61,11 +61,12 @@ type conn struct {
 	ready   []readyFetch // FETCH answers prepared by workers, waiting for the socket
 	cold    int          // FETCHes being prepared by workers
 
-	readBlocked    bool // frames left unread: the client does not read its answers
-	deliverBlocked bool // deliveries stopped at the high-water mark
-	xferBlocked    bool // a copied transfer stopped at the high-water mark
-	inWrite        bool // a DELIVER writev is in progress (OnClose may run inside it)
-	closeDeferred  bool // OnClose ran inside that writev: finish closing after it
+	readBlocked    bool         // frames left unread: the client does not read its answers
+	deliverBlocked bool         // deliveries stopped at the high-water mark
+	xferBlocked    bool         // a copied transfer stopped at the high-water mark
+	inWrite        bool         // a DELIVER writev is in progress (OnClose may run inside it)
+	xferProgress   atomic.Int64 // unix ns of the transfer's last progress; read by the ticker
+	closeDeferred  bool         // OnClose ran inside that writev: finish closing after it
 }
 
 // pendingAck is a PRODUCE answer that waited for an fsync.
@@ -170,6 +171,10 @@ func (c *conn) turn() gnet.Action {
 	for turns := 0; ; turns++ {
 		if c.xfer == nil && len(c.ready) > 0 {
 			c.startReady()
+		}
+		if c.transferStuck(time.Now()) {
+			c.log.Info().Dur("timeout", c.srv.cfg.TransferTimeout).Msg("closing: the client stopped reading a FETCH response")
+			return gnet.Close
 		}
 		if c.xfer != nil {
 			switch c.pumpTransfer() {

@@ -231,7 +231,30 @@ func (c *conn) respondFetch(fw *fetchWait, chunk *qlog.Chunk) {
 	st := &fw.t.stats
 	st.bytesOut.Add(uint64(n))
 	st.msgsOut.Add(uint64(chunk.NextOffset - chunk.BaseOffset))
-	c.xfer = &transfer{chunk: chunk, pos: chunk.Pos, remaining: n}
+	c.startTransfer(&transfer{chunk: chunk, pos: chunk.Pos, remaining: n})
+}
+
+// startTransfer makes x the connection's transfer and puts it under the transfer deadline.
+func (c *conn) startTransfer(x *transfer) {
+	c.xfer = x
+	c.xferProgress.Store(time.Now().UnixNano())
+	c.srv.connsMu.Lock()
+	c.srv.transfers[c] = struct{}{}
+	c.srv.connsMu.Unlock()
+}
+
+// endTransfer releases the finished (or abandoned) transfer.
+func (c *conn) endTransfer() {
+	c.xfer = nil
+	c.srv.connsMu.Lock()
+	delete(c.srv.transfers, c)
+	c.srv.connsMu.Unlock()
+}
+
+// transferStuck reports whether the transfer has sent nothing for Config.TransferTimeout: the
+// client stopped reading, and the chunk it pins (maybe a segment retention deleted) must go.
+func (c *conn) transferStuck(now time.Time) bool {
+	return c.xfer != nil && now.UnixNano()-c.xferProgress.Load() > int64(c.srv.cfg.TransferTimeout)
 }
 
 // serviceFetches answers waiting fetches that have data or whose time is up. Runs on the
@@ -276,6 +299,6 @@ func (c *conn) endFetches() {
 		if !c.xfer.prefetch { // else the prefetch worker releases it (see warmUp)
 			c.xfer.chunk.Release()
 		}
-		c.xfer = nil
+		c.endTransfer()
 	}
 }

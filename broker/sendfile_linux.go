@@ -4,6 +4,7 @@ package broker
 
 import (
 	"errors"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -55,6 +56,7 @@ func (c *conn) pumpTransfer() xferState {
 		if n > 0 {
 			x.remaining -= int64(n)
 			budget -= int64(n)
+			c.xferProgress.Store(time.Now().UnixNano())
 		}
 		switch {
 		case errors.Is(err, unix.EAGAIN):
@@ -74,7 +76,7 @@ func (c *conn) pumpTransfer() xferState {
 		return xferWaiting
 	}
 	x.chunk.Release()
-	c.xfer = nil
+	c.endTransfer()
 	return xferDone
 }
 

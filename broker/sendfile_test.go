@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math/rand"
 	"net"
 	"os"
@@ -258,4 +259,38 @@ func openFDs(t *testing.T) int {
 		t.Skip("no /proc/self/fd:", err)
 	}
 	return len(entries)
+}
+
+// TestStuckTransferIsClosed: a consumer that stops reading in the middle of a FETCH response
+// is disconnected after the transfer timeout, which releases the segment it pinned.
+func TestStuckTransferIsClosed(t *testing.T) {
+	srv := startBroker(t, func(c *Config) { c.TransferTimeout = 300 * time.Millisecond })
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("stuck", 1, wire.Option{Key: "fsync", Value: "never"})
+	p := login(t, srv.Addr(), "d-user", "d-pw")
+	var next int64
+	for next < 16<<20/1000 {
+		p.produceAcks("stuck", 0, wire.AcksWritten, offsetBatch(t, next, 60, 1000))
+		next += 60
+	}
+	c := login(t, srv.Addr(), "d-user", "d-pw")
+	for i := 0; i < 16; i++ { // 16 MiB: more than the socket buffers hold
+		m := wire.Fetch{Topic: "stuck", Partition: 0, Offset: int64(i) * 1000, MaxBytes: 1 << 20, Isolation: wire.IsolationWritten}
+		c.send(wire.OpFetch, m.AppendTo(nil))
+	}
+	time.Sleep(time.Second) // never read
+	// The broker has hung up: after what was buffered, the stream ends.
+	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1<<20)
+	for {
+		_, err := c.conn.Read(buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the connection is still open after the transfer timeout")
+			}
+			break
+		}
+	}
+	p.ping()
 }

@@ -77,11 +77,12 @@ type Server struct {
 	stopping atomic.Bool
 	stopOnce sync.Once
 
-	connsMu sync.Mutex
-	conns   map[*conn]struct{}  // every open connection, for shutdown
-	stalled map[*conn]struct{}  // connections waiting for their socket to drain
-	preauth map[*conn]time.Time // unauthenticated connections and their deadlines
-	ticks   uint64              // ticker goroutine only
+	connsMu   sync.Mutex
+	conns     map[*conn]struct{}  // every open connection, for shutdown
+	stalled   map[*conn]struct{}  // connections waiting for their socket to drain
+	preauth   map[*conn]time.Time // unauthenticated connections and their deadlines
+	transfers map[*conn]struct{}  // connections sending a FETCH response
+	ticks     uint64              // ticker goroutine only
 }
 
 // New opens the data directory, loads topics and credentials and prepares a broker. It does
@@ -95,16 +96,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		meta:     store,
-		verifier: auth.NewVerifier(4096, 10*time.Minute),
-		throttle: auth.NewThrottle(auth.DefaultThrottleConfig()),
-		booted:   make(chan gnet.Engine, 1),
-		done:     make(chan struct{}),
-		conns:    map[*conn]struct{}{},
-		stalled:  map[*conn]struct{}{},
-		preauth:  map[*conn]time.Time{},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		meta:      store,
+		verifier:  auth.NewVerifier(4096, 10*time.Minute),
+		throttle:  auth.NewThrottle(auth.DefaultThrottleConfig()),
+		booted:    make(chan gnet.Engine, 1),
+		done:      make(chan struct{}),
+		conns:     map[*conn]struct{}{},
+		stalled:   map[*conn]struct{}{},
+		preauth:   map[*conn]time.Time{},
+		transfers: map[*conn]struct{}{},
 	}
 	// A random password per process: nobody can make the dummy check succeed (and cached).
 	dummy, err := auth.GeneratePassword()
@@ -320,6 +322,7 @@ func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
 	delete(s.conns, c)
 	delete(s.stalled, c)
 	delete(s.preauth, c)
+	delete(s.transfers, c)
 	s.connsMu.Unlock()
 	ev := c.log.Debug()
 	if err != nil && !isPeerGone(err) {
@@ -352,6 +355,11 @@ func (s *Server) OnTick() (time.Duration, gnet.Action) {
 		for c, deadline := range s.preauth {
 			if now.After(deadline) {
 				c.wake()
+			}
+		}
+		for c := range s.transfers {
+			if now.UnixNano()-c.xferProgress.Load() > int64(s.cfg.TransferTimeout) {
+				c.wakeNow() // onTraffic closes it
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package broker
 
-import "io"
+import (
+	"io"
+	"time"
+)
 
 // pumpTransferCopy sends the current FETCH response by reading the chunk into memory and
 // writing it through gnet, stopping at the high-water mark (the ticker wakes stalled
@@ -25,6 +28,7 @@ func (c *conn) pumpTransferCopy() xferState {
 			x.pos += int64(n)
 			x.remaining -= int64(n)
 			budget -= int64(n)
+			c.xferProgress.Store(time.Now().UnixNano())
 		}
 		if err != nil && (err != io.EOF || x.remaining > 0) {
 			return xferFailed
@@ -36,6 +40,6 @@ func (c *conn) pumpTransferCopy() xferState {
 		return xferWaiting
 	}
 	x.chunk.Release()
-	c.xfer = nil
+	c.endTransfer()
 	return xferDone
 }
