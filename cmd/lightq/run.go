@@ -142,22 +142,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 var confHelp = map[string]string{
-	"addr":            "listen address (host:port)",
-	"data-dir":        "directory for metadata and credentials",
-	"log-level":       "debug, info, warn or error",
-	"log-format":      "json, console or auto (console on a terminal)",
-	"admin-user":      "admin user name (password: LIGHTQ_ADMIN_PASSWORD)",
-	"max-batch":       "largest record batch in bytes",
-	"max-message":     "largest record (key+value+headers) in bytes",
-	"auth-timeout":    "time a new connection has to authenticate",
-	"event-loops":     "event loops (0 = one per CPU)",
-	"read-buffer":     "bytes one read hands to the protocol at most",
-	"high-water-mark": "bytes queued per connection before sending to it pauses",
-	"ring-bytes":      "memory of one transient partition",
-	"ring-slots":      "batches one transient partition holds at most",
-	"max-ring-memory": "ring memory of all transient topics together",
-	"hash-params":     "argon2id parameters for new credential hashes",
-	"shutdown-drain":  "time to flush output on shutdown",
+	"addr":             "listen address (host:port)",
+	"data-dir":         "directory for metadata and credentials",
+	"log-level":        "debug, info, warn or error",
+	"log-format":       "json, console or auto (console on a terminal)",
+	"admin-user":       "admin user name (password: LIGHTQ_ADMIN_PASSWORD)",
+	"max-batch":        "largest record batch in bytes",
+	"max-message":      "largest record (key+value+headers) in bytes",
+	"auth-timeout":     "time a new connection has to authenticate",
+	"event-loops":      "event loops (0 = one per CPU)",
+	"read-buffer":      "bytes one read hands to the protocol at most",
+	"high-water-mark":  "bytes queued per connection before sending to it pauses",
+	"ring-bytes":       "memory of one transient partition",
+	"ring-slots":       "batches one transient partition holds at most",
+	"max-ring-memory":  "ring memory of all transient topics together",
+	"hash-params":      "argon2id parameters for new credential hashes",
+	"shutdown-drain":   "time to flush output on shutdown",
+	"transfer-timeout": "close a connection whose FETCH response makes no progress for this long",
 }
 
 func envName(key string) string {
@@ -219,6 +220,7 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 		cfg.MaxRingMemory = v
 	}
 	cfg.ShutdownDrain = dur("shutdown-drain")
+	cfg.TransferTimeout = dur("transfer-timeout")
 	p, err := parseHashParams(set["hash-params"])
 	if err != nil {
 		errs = append(errs, err)
