@@ -14,7 +14,8 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 run:
-	$(GO) run ./cmd/lightq $(ARGS)
+	$(GO) build -o $(BIN)/lightq ./cmd/lightq
+	exec ./$(BIN)/lightq $(ARGS)
 
 # The whole default suite: formatting, vet, staticcheck, a 32-bit build, every test under the
 # race detector, and a short run of every fuzz target.
