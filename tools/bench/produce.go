@@ -91,6 +91,7 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 		}
 		binary.BigEndian.PutUint64(value[0:], uint64(stamp.UnixNano()))
 		binary.BigEndian.PutUint64(value[8:], uint64(id)<<48|uint64(i))
+		msg.Timestamp = stamp // the record's timestamp too: saves Send a second clock read
 		if err := p.Send(ctx, &msg, onAck); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
