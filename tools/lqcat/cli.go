@@ -303,6 +303,17 @@ func (r *runner) reqCtx(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, 30*time.Second)
 }
 
+// request connects for a short administrative exchange: it returns the connection, a context
+// bounded by the request timeout, and done, which releases both.
+func (r *runner) request(ctx context.Context, admin bool) (*client.Conn, context.Context, func(), error) {
+	conn, err := r.connect(ctx, admin)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rctx, cancel := r.reqCtx(ctx)
+	return conn, rctx, func() { cancel(); conn.Close() }, nil
+}
+
 // topicMetadata describes one topic, with exit-code-carrying errors.
 func topicMetadata(ctx context.Context, conn *client.Conn, topic string) (wire.TopicMetadata, error) {
 	if err := wire.ValidTopicName(topic); err != nil {

@@ -139,13 +139,11 @@ type groupRow struct {
 }
 
 func (r *runner) groupDescribe(ctx context.Context, group, topic string, part partFlag) error {
-	conn, err := r.connect(ctx, false)
+	conn, ctx, done, err := r.request(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := r.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	mds, err := durableTopics(ctx, conn, topic)
 	if err != nil {
 		return err
@@ -219,13 +217,11 @@ type resetTarget struct {
 }
 
 func (r *runner) groupReset(ctx context.Context, group, topic string, part partFlag, tgt resetTarget, dryRun bool) error {
-	conn, err := r.connect(ctx, false)
+	conn, ctx, done, err := r.request(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := r.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	mds, err := durableTopics(ctx, conn, topic)
 	if err != nil {
 		return err
@@ -280,13 +276,11 @@ func (r *runner) groupList(ctx context.Context, groups []string, topic string) e
 			return usageErr("--groups: group names must be 1-%d bytes", wire.MaxGroupName)
 		}
 	}
-	conn, err := r.connect(ctx, false)
+	conn, ctx, done, err := r.request(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := r.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	mds, err := durableTopics(ctx, conn, topic)
 	if err != nil {
 		return err

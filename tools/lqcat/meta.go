@@ -67,13 +67,11 @@ func (r *runner) metadataList(ctx context.Context, topic, group string) error {
 			return usageErr("-t: %v", err)
 		}
 	}
-	conn, err := r.connect(ctx, false)
+	conn, ctx, done, err := r.request(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := r.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	var names []string
 	if topic != "" {
 		names = []string{topic}
@@ -248,13 +246,11 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 		if cfg.Options, err = topicOptions(cfg.Kind, fsync, retention, segBytes, segMs, ringBytes, ringSlots, extra); err != nil {
 			return err
 		}
-		conn, err := r.connect(ctx, true)
+		conn, ctx, done, err := r.request(ctx, true)
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		ctx, cancel := r.reqCtx(ctx)
-		defer cancel()
+		defer done()
 		if err := conn.CreateTopic(ctx, cfg); err != nil {
 			return fmt.Errorf("topic create %q: %w", cfg.Name, err)
 		}
@@ -269,13 +265,11 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 		if err := wire.ValidTopicName(pos[0]); err != nil {
 			return usageErr("%v", err)
 		}
-		conn, err := r.connect(ctx, true)
+		conn, ctx, done, err := r.request(ctx, true)
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		ctx, cancel := r.reqCtx(ctx)
-		defer cancel()
+		defer done()
 		if err := conn.DeleteTopic(ctx, pos[0]); err != nil {
 			return fmt.Errorf("topic delete %q: %w", pos[0], err)
 		}
@@ -293,13 +287,11 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 }
 
 func (r *runner) topicList(ctx context.Context) error {
-	conn, err := r.connect(ctx, false)
+	conn, ctx, done, err := r.request(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := r.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	mds, err := conn.Metadata(ctx)
 	if err != nil {
 		return err
@@ -462,13 +454,11 @@ func (r *runner) statsCmd(ctx context.Context, args []string) error {
 	if err := r.c.resolve(r.getenv); err != nil {
 		return err
 	}
-	conn, err := r.connect(ctx, false)
+	conn, ctx, done, err := r.request(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := r.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	stats, err := conn.Stats(ctx, topic)
 	if err != nil {
 		if topic != "" {
