@@ -97,6 +97,8 @@ type durablePart struct {
 	mu      sync.Mutex
 	waiters []durableAck
 	closed  bool // the syncer is gone: waiters are failed at once
+
+	doneBuf []durableAck // the syncer's scratch for completed waiters
 }
 
 // durableAck is a produced batch waiting for the fsync that makes it durable.
@@ -218,7 +220,7 @@ func (d *durablePart) hasWaiters() bool {
 // failed (the log is then broken and refuses writes).
 func (d *durablePart) complete(durable int64, err error) {
 	d.mu.Lock()
-	var done []durableAck
+	done := d.doneBuf[:0]
 	keep := d.waiters[:0]
 	for _, w := range d.waiters {
 		if err != nil || w.next <= durable {
@@ -233,6 +235,8 @@ func (d *durablePart) complete(durable int64, err error) {
 	for _, w := range done {
 		w.c.queueAck(pendingAck{corr: w.corr, partition: d.part.id, base: w.base, err: err})
 	}
+	clear(done)
+	d.doneBuf = done[:0]
 }
 
 // close stops the syncer after a last fsync and closes the log.
