@@ -23,6 +23,8 @@ type consumer struct {
 	first     time.Time // first message received
 	last      time.Time // last message received
 	hist      *hdrhistogram.Histogram
+	sendHist  *hdrhistogram.Histogram // from the actual send, when sends is set
+	sends     *sendLog
 	errCount  int64
 	progress  func(int64)
 	sinceProg int64
@@ -50,6 +52,9 @@ func (c *consumer) handle(m *client.Received) error {
 		}
 		if c.hist.RecordValue(us) != nil {
 			c.errCount++
+		}
+		if at := c.sends.sentAt(binary.BigEndian.Uint64(m.Value[8:])); at > 0 {
+			_ = c.sendHist.RecordValue(max((now.UnixNano()-at)/1000, 1))
 		}
 	}
 	c.seen.Store(c.received)
@@ -98,7 +103,7 @@ func openSource(ctx context.Context, cfg *Config, c *client.Conn) (source, error
 // consumeAll subscribes cfg.Consumers times and receives until each has accounted for the
 // expected number of messages (received or dropped), it was idle for IdleTimeout, or ctx
 // ends. ready is closed once every subscription is in place.
-func consumeAll(ctx context.Context, cfg *Config, expect int64, ready chan<- struct{}, progress func(int64)) ([]*consumer, error) {
+func consumeAll(ctx context.Context, cfg *Config, expect int64, sends *sendLog, ready chan<- struct{}, progress func(int64)) ([]*consumer, error) {
 	type sub struct {
 		conn *client.Conn
 		s    source
@@ -127,7 +132,10 @@ func consumeAll(ctx context.Context, cfg *Config, expect int64, ready chan<- str
 	var wg sync.WaitGroup
 	var groupTotal atomic.Int64
 	for i, sb := range subs {
-		cs := &consumer{hist: newHistogram(), progress: progress}
+		cs := &consumer{hist: newHistogram(), progress: progress, sends: sends}
+		if sends != nil {
+			cs.sendHist = newHistogram()
+		}
 		out[i] = cs
 		wg.Add(1)
 		go func() {
@@ -178,7 +186,7 @@ func consumeAll(ctx context.Context, cfg *Config, expect int64, ready chan<- str
 
 func runConsume(ctx context.Context, cfg *Config, ready chan<- struct{}) (*Result, error) {
 	bar := newProgress(cfg, int64(cfg.Messages*cfg.Producers*cfg.Consumers), "consuming")
-	cons, err := consumeAll(ctx, cfg, int64(cfg.Messages*cfg.Producers), ready, bar.add)
+	cons, err := consumeAll(ctx, cfg, int64(cfg.Messages*cfg.Producers), nil, ready, bar.add)
 	bar.finish()
 	if err != nil {
 		return nil, err
@@ -196,8 +204,12 @@ func runE2E(ctx context.Context, cfg *Config) (*Result, error) {
 	}
 	outc := make(chan consumeOut, 1)
 	bar := newProgress(cfg, int64(cfg.Messages*cfg.Producers*cfg.Consumers), "end to end")
+	var sends *sendLog
+	if cfg.Rate > 0 {
+		sends = newSendLog(cfg.Producers, cfg.Messages)
+	}
 	go func() {
-		cons, err := consumeAll(ctx, cfg, int64(cfg.Messages*cfg.Producers), ready, bar.add)
+		cons, err := consumeAll(ctx, cfg, int64(cfg.Messages*cfg.Producers), sends, ready, bar.add)
 		outc <- consumeOut{cons, err}
 	}()
 	select {
@@ -205,7 +217,7 @@ func runE2E(ctx context.Context, cfg *Config) (*Result, error) {
 	case out := <-outc:
 		return nil, out.err
 	}
-	st, perr := produceAll(ctx, cfg, nil)
+	st, perr := produceAll(ctx, cfg, sends, nil)
 	out := <-outc
 	bar.finish()
 	if perr != nil {

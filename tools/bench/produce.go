@@ -15,14 +15,15 @@ import (
 type produceStats struct {
 	sent     atomic.Int64
 	failed   atomic.Int64
+	sends    *sendLog // e2e at a fixed rate: when each message was actually sent
 	firstErr atomic.Value
 	start    time.Time
 	end      time.Time
 }
 
 // produceAll runs cfg.Producers producers to completion.
-func produceAll(ctx context.Context, cfg *Config, progress func(int64)) (*produceStats, error) {
-	st := &produceStats{}
+func produceAll(ctx context.Context, cfg *Config, sends *sendLog, progress func(int64)) (*produceStats, error) {
+	st := &produceStats{sends: sends}
 	conns := make([]*client.Conn, cfg.Producers)
 	for i := range conns {
 		c, err := dial(ctx, cfg, fmt.Sprintf("lqbench-producer-%d", i))
@@ -91,6 +92,7 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 		}
 		binary.BigEndian.PutUint64(value[0:], uint64(stamp.UnixNano()))
 		binary.BigEndian.PutUint64(value[8:], uint64(id)<<48|uint64(i))
+		st.sends.note(id, i)
 		msg.Timestamp = stamp // the record's timestamp too: saves Send a second clock read
 		if err := p.Send(ctx, &msg, onAck); err != nil {
 			return fmt.Errorf("send: %w", err)
@@ -133,7 +135,7 @@ func sleepUntil(t time.Time, p *pacer) {
 
 func runProduce(ctx context.Context, cfg *Config) (*Result, error) {
 	bar := newProgress(cfg, int64(cfg.Messages*cfg.Producers), "producing")
-	st, err := produceAll(ctx, cfg, bar.add)
+	st, err := produceAll(ctx, cfg, nil, bar.add)
 	bar.finish()
 	if err != nil {
 		return nil, err
