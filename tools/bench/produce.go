@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/tools/internal/pace"
 )
 
 // produceStats is what the producers measured.
@@ -77,8 +78,8 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	if cfg.Rate > 0 {
 		interval = time.Duration(float64(time.Second) * float64(cfg.Producers) / float64(cfg.Rate))
 	}
-	pace := newPacer()
-	defer pace.close()
+	pacer := pace.New()
+	defer pacer.Close()
 	start := time.Now()
 	const progressEvery = 4096
 	for i := 0; i < cfg.Messages; i++ {
@@ -86,7 +87,7 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 		if interval > 0 {
 			intended := start.Add(time.Duration(i) * interval)
 			if d := time.Until(intended); d > 0 {
-				sleepUntil(intended, pace)
+				pace.Until(intended, pacer)
 			}
 			stamp = intended
 		}
@@ -113,24 +114,6 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
-}
-
-// sleepUntil waits for t without spinning: on a 2-core machine a spinning producer takes a
-// core from the broker and the consumer, which shows up as their latency. Sends are stamped
-// with their scheduled time, so a late wake-up would be measured as latency: the last stretch
-// uses the pacer's precise sleep (see pacer_linux.go).
-func sleepUntil(t time.Time, p *pacer) {
-	for {
-		d := time.Until(t)
-		switch {
-		case d <= 0:
-			return
-		case d > 2*time.Millisecond:
-			time.Sleep(d - time.Millisecond)
-		default:
-			p.sleep(d)
-		}
-	}
 }
 
 func runProduce(ctx context.Context, cfg *Config) (*Result, error) {
