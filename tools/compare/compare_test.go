@@ -15,7 +15,7 @@ import (
 )
 
 // TestSmoke runs every case end to end with tiny counts so the tool cannot rot: the LightQ
-// side always (against lightq, lqbench and blast built from this checkout), the NATS side
+// side always (against lightq, lqbench, blast and relaylat built from this checkout), the NATS side
 // only when the pinned nats-server and nats are already installed (on PATH, or in the
 // directory `make compare` installs them to). Installing them takes minutes of compiling,
 // so CI does not: without them that half is skipped, and says so.
@@ -74,6 +74,12 @@ func TestSmoke(t *testing.T) {
 				continue
 			}
 			for _, row := range c.rows {
+				if side == "nats" && row.lightqOnly {
+					if v, ok := s[0][row.key]; ok {
+						t.Errorf("%s nats: %s = %v, NATS has no such figure", c.id, row.key, v)
+					}
+					continue
+				}
 				if v, ok := s[0][row.key]; !ok || !(v > 0) {
 					t.Errorf("%s %s: %s = %v, want > 0", c.id, side, row.key, v)
 				}
@@ -83,10 +89,15 @@ func TestSmoke(t *testing.T) {
 	var table bytes.Buffer
 	rep.writeText(&table)
 	t.Logf("table:\n%s", table.String())
-	for _, want := range []string{"transient 100 B", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP"} {
+	for _, want := range []string{"transient 100 B", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
+		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99",
+		"x the floor (", "relay "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
+	}
+	if s := rep.data["latency-floor"]["lightq"][0]; s != nil && !(s["relay_cpu_pct"] > 0 && s["clients_cpu_pct"] > 0) {
+		t.Errorf("latency floor: CPU not split between relay and clients: %v", s)
 	}
 
 	doc, err := os.ReadFile(cfg.DocPath)
@@ -107,8 +118,23 @@ func TestSmoke(t *testing.T) {
 	if n := strings.Count(string(svg), "<circle"); n < 4 { // 4 sizes x 2 panels, LightQ at least
 		t.Errorf("SVG has %d points, want >= 4", n)
 	}
-	if raw, err := os.ReadFile(cfg.RawPath); err != nil || !bytes.Contains(raw, []byte(`"case": "tcp"`)) {
+	if raw, err := os.ReadFile(cfg.RawPath); err != nil || !bytes.Contains(raw, []byte(`"case": "tcp"`)) ||
+		!bytes.Contains(raw, []byte(`"case": "latency-floor"`)) {
 		t.Errorf("raw JSON: %v %.200s", err, raw)
+	}
+
+	// -from-raw renders the same table again, and the doc section.
+	again := cfg
+	again.DocPath, again.SVGPath, again.RawPath = filepath.Join(dir, "PERF2.md"), "", ""
+	var rendered, rerr bytes.Buffer
+	if code := render(again, cfg.RawPath, &rendered, &rerr); code != 0 {
+		t.Fatalf("render from raw: exit %d: %s", code, rerr.String())
+	}
+	if rendered.String() != table.String() {
+		t.Errorf("table rendered from the raw file differs:\n%s\nwant:\n%s", rendered.String(), table.String())
+	}
+	if doc2, err := os.ReadFile(again.DocPath); err != nil || !bytes.Contains(doc2, []byte("| latency, transient vs the floor | LightQ p99 / floor p99 |")) {
+		t.Errorf("doc rendered from the raw file: %v\n%s", err, doc2)
 	}
 }
 

@@ -107,7 +107,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cases := fs.String("cases", strings.Join(allCases, ","), "case families to run: "+strings.Join(allCases, ","))
-	brokers := fs.String("brokers", "lightq,nats", "sides to run: lightq, nats (tcp runs with lightq)")
+	brokers := fs.String("brokers", "lightq,nats", "sides to run: lightq, nats (tcp and the latency floor run with lightq)")
 	plotSizes := fs.String("plot-sizes", "16,64,256,4096,16384,65536", "extra transient message sizes for the plot (100 and 1024 come from the transient case)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds; each runs every case on LightQ then NATS")
 	fs.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "bound on each client run")

@@ -123,6 +123,17 @@ func (r *report) lines() []line {
 			}
 			out = append(out, l)
 		}
+		if c.id == "latency-floor" {
+			// LightQ's transient p99 as a multiple of the floor's (both from the slot).
+			a, b := r.values("latency-transient", "lightq", "p99"), r.values("latency-floor", "lightq", "p99")
+			l := line{title: "latency, transient vs the floor", metric: "LightQ p99 / floor p99",
+				lq: median(a), nats: median(r.values("latency-transient", "nats", "p99")),
+				ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN(), unit: "floor"}
+			if lo, hi, ok := ratioRange(a, b); ok {
+				l.ratio, l.rmin, l.rmax = median(a)/median(b), lo, hi
+			}
+			out = append(out, l)
+		}
 		if c.id == "tcp" {
 			// 1024-byte transient delivery as a share of the raw TCP limit.
 			a, b := r.values("transient-1024", "lightq", "sub_mb"), r.values("tcp", "lightq", "mb")
@@ -184,8 +195,11 @@ func fmtRatio(l line) string {
 	if math.IsNaN(l.ratio) {
 		return "-"
 	}
-	if l.unit == "pct" {
+	switch l.unit {
+	case "pct":
 		return fmt.Sprintf("%.0f%% of TCP (%.0f-%.0f%%)", 100*l.ratio, 100*l.rmin, 100*l.rmax)
+	case "floor":
+		return fmt.Sprintf("%sx the floor (%s-%s)", fmtRatioNum(l.ratio), fmtRatioNum(l.rmin), fmtRatioNum(l.rmax))
 	}
 	return fmt.Sprintf("%sx (%s-%s)", fmtRatioNum(l.ratio), fmtRatioNum(l.rmin), fmtRatioNum(l.rmax))
 }
@@ -210,7 +224,7 @@ func (r *report) writeText(w io.Writer) {
 
 // cpuRoles are the per-process CPU figures a measurement may have.
 var cpuRoles = []struct{ key, label string }{
-	{"server_cpu_pct", "broker"}, {"pub_cpu_pct", "pub"}, {"sub_cpu_pct", "sub"}, {"clients_cpu_pct", "pub+sub"},
+	{"server_cpu_pct", "broker"}, {"relay_cpu_pct", "relay"}, {"pub_cpu_pct", "pub"}, {"sub_cpu_pct", "sub"}, {"clients_cpu_pct", "pub+sub"},
 }
 
 func (r *report) cpuCell(caseID, side string) string {

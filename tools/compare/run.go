@@ -27,6 +27,7 @@ type rowDef struct {
 	key, label  string
 	lowerBetter bool
 	noRatio     bool // a sanity figure, not a comparison
+	lightqOnly  bool // NATS's tool has no such figure: "-" on its side
 	target      *target
 }
 
@@ -50,7 +51,7 @@ type caseDef struct {
 
 type runner struct {
 	cfg  Config
-	bin  string // lightq, lqbench, blast
+	bin  string // lightq, lqbench, blast, relaylat
 	work string
 	logf func(string, ...any)
 	seq  int
@@ -78,8 +79,8 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 	defer os.RemoveAll(work)
 	r := &runner{cfg: cfg, bin: filepath.Join(work, "bin"), work: work, logf: logf}
 
-	logf("building lightq, lqbench, blast")
-	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin+"/", "./cmd/lightq", "./cmd/lqbench", "./tools/blast")
+	logf("building lightq, lqbench, blast, relaylat")
+	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin+"/", "./cmd/lightq", "./cmd/lqbench", "./tools/blast", "./tools/relaylat")
 	build.Dir = cfg.Repo
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
@@ -355,6 +356,11 @@ type lqResult struct {
 	P99        float64 `json:"p99_us"`
 	P999       float64 `json:"p999_us"`
 	Max        float64 `json:"max_us"`
+	// e2e at a fixed rate: latency from the actual send rather than the intended slot.
+	SendP50  float64 `json:"send_p50_us"`
+	SendP99  float64 `json:"send_p99_us"`
+	SendP999 float64 `json:"send_p999_us"`
+	SendMax  float64 `json:"send_max_us"`
 }
 
 func parseLQ(c *client) (*lqResult, error) {
@@ -505,9 +511,52 @@ func (r *runner) lqLatency(ctx context.Context, durable bool) (sample, error) {
 			return fmt.Errorf("received %d of %d messages (%d dropped)", res.Messages, n, res.Dropped)
 		}
 		m.s["p50"], m.s["p99"], m.s["p999"], m.s["max"] = res.P50, res.P99, res.P999, res.Max
+		if res.SendP50 > 0 {
+			m.s["send_p50"], m.s["send_p99"], m.s["send_p999"], m.s["send_max"] = res.SendP50, res.SendP99, res.SendP999, res.SendMax
+		}
 		m.s["rate"] = res.MsgsPerSec
 		return nil
 	})
+}
+
+// latencyFloor: tools/relaylat at the latency case's rate, duration and size, no broker: a
+// producer paced as lqbench's, a plain read/write relay process, and a consumer. What any
+// broker could reach on this machine.
+func (r *runner) latencyFloor(ctx context.Context) (sample, error) {
+	s, err := r.measure(ctx, nil, func(m *meas) error {
+		n := int(float64(r.cfg.LatencyRate) * r.cfg.LatencyDuration.Seconds())
+		c := m.client(ctx, "clients", filepath.Join(r.bin, "relaylat"), "-json", "-size", "100", "-count", strconv.Itoa(n),
+			"-rate", strconv.Itoa(r.cfg.LatencyRate), "-timeout", r.cfg.RunTimeout.String())
+		if err := c.run(); err != nil {
+			return err
+		}
+		var res struct {
+			lqResult
+			RelayReads float64 `json:"relay_reads"`
+			CPU        float64 `json:"cpu_s"`
+			RelayCPU   float64 `json:"relay_cpu_s"`
+		}
+		if err := json.Unmarshal(c.stdout.Bytes(), &res); err != nil {
+			return fmt.Errorf("relaylat output: %v: %q", err, tail(c.stdout.String(), 300))
+		}
+		if res.Messages != int64(n) {
+			return fmt.Errorf("relaylat received %d of %d messages", res.Messages, n)
+		}
+		m.s["p50"], m.s["p99"], m.s["p999"], m.s["max"] = res.P50, res.P99, res.P999, res.Max
+		m.s["send_p50"], m.s["send_p99"], m.s["send_p999"], m.s["send_max"] = res.SendP50, res.SendP99, res.SendP999, res.SendMax
+		m.s["rate"], m.s["relay_reads"] = res.MsgsPerSec, res.RelayReads
+		m.s["cpu_s"], m.s["relay_cpu_s"] = res.CPU, res.RelayCPU
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The relay is relaylat's child: split the process's CPU (its reaped child included)
+	// into the two processes, from relaylat's own figures.
+	if w := s["wall_s"]; w > 0 {
+		s["clients_cpu_pct"], s["relay_cpu_pct"] = 100*s["cpu_s"]/w, 100*s["relay_cpu_s"]/w
+	}
+	return s, nil
 }
 
 // tcpLimit: the blast tool, two processes on loopback.
@@ -760,8 +809,12 @@ func (r *runner) cases() []caseDef {
 			if transient {
 				t = &target{text: "<= NATS, < 1000 us", check: func(l, n float64) bool { return l < 1000 && (n == 0 || l <= n) }}
 			}
+			const send = " from the actual send"
 			return []rowDef{{key: "p50", label: "p50 us", lowerBetter: true}, {key: "p99", label: "p99 us", lowerBetter: true, target: t},
-				{key: "p999", label: "p99.9 us", lowerBetter: true}}
+				{key: "p999", label: "p99.9 us", lowerBetter: true},
+				{key: "send_p50", label: "p50 us" + send, lowerBetter: true, lightqOnly: true},
+				{key: "send_p99", label: "p99 us" + send, lowerBetter: true, lightqOnly: true},
+				{key: "send_p999", label: "p99.9 us" + send, lowerBetter: true, lightqOnly: true}}
 		}
 		rate := fmt.Sprintf("%dK msg/s x %v, LightQ linger %s", cfg.LatencyRate/1000, cfg.LatencyDuration, cfg.LatencyLinger)
 		out = append(out, caseDef{id: "latency-transient", family: "latency", size: 100,
@@ -770,7 +823,11 @@ func (r *runner) cases() []caseDef {
 			nats:   func(ctx context.Context) (sample, error) { return r.natsLatency(ctx) }},
 			caseDef{id: "latency-durable", family: "latency", size: 100,
 				title: "latency, durable 100 B at " + rate + " (no NATS tool)", rows: rows(false),
-				lightq: func(ctx context.Context) (sample, error) { return r.lqLatency(ctx, true) }})
+				lightq: func(ctx context.Context) (sample, error) { return r.lqLatency(ctx, true) }},
+			caseDef{id: "latency-floor", family: "latency", size: 100,
+				title:  fmt.Sprintf("latency floor: paced producer -> plain Go relay -> consumer, 100 B at %dK msg/s x %v", cfg.LatencyRate/1000, cfg.LatencyDuration),
+				rows:   rows(false),
+				lightq: func(ctx context.Context) (sample, error) { return r.latencyFloor(ctx) }})
 	}
 	if want("tcp") {
 		out = append(out, caseDef{id: "tcp", family: "tcp", title: "raw TCP, 128 KiB writes, 1 MiB socket buffers",
