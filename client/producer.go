@@ -110,8 +110,9 @@ type Producer struct {
 	mu        sync.Mutex
 	parts     []*prodBatch // open batch per partition, nil when none
 	sticky    int
-	dead      error // once set, Send refuses
-	unflushed bool  // frames written to the Conn's buffer without a flush
+	dead      error     // once set, Send refuses
+	unflushed bool      // frames written to the Conn's buffer without a flush
+	timerDue  time.Time // when the flusher's linger timer fires; zero when it is not armed
 	comp      wire.Compressor
 	hdr       [wire.HeaderSize]byte
 	phdr      []byte
@@ -262,13 +263,22 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 			p.parts[part] = b
 		}
 		if b.b.Count() == 0 || b.b.SizeWith(ts, m.Key, m.Value, m.Headers) <= p.batchBytes {
-			if b.b.Count() == 0 {
+			opening := b.b.Count() == 0
+			if opening {
 				b.opened = time.Now()
-				p.wake()
 			}
 			b.b.Append(ts, m.Key, m.Value, m.Headers)
 			b.cbs = append(b.cbs, cb)
-			if b.b.Size() >= p.batchBytes {
+			full := b.b.Size() >= p.batchBytes
+			switch {
+			case full && (haveToken || p.tryToken()):
+				// Seal a full batch here rather than waking the flusher for it: the
+				// flusher would only contend for p.mu with the next Send.
+				p.seal(part, true)
+				haveToken = false
+			case full, opening && (p.linger == 0 || p.timerDue.IsZero()):
+				// The flusher waits for a slot, or arms its linger timer. A timer already
+				// armed fires no later than this batch is due, and re-arms for it then.
 				p.wake()
 			}
 			p.mu.Unlock()
@@ -301,6 +311,16 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 		case <-p.c.done:
 			return p.c.Err()
 		}
+	}
+}
+
+// tryToken takes an in-flight slot if one is free.
+func (p *Producer) tryToken() bool {
+	select {
+	case p.sem <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 

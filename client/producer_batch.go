@@ -268,6 +268,9 @@ func (p *Producer) sealDue(ctx context.Context, all bool) (time.Time, error) {
 		p.seal(part, false)
 	}
 	p.flushLocked()
+	if !all {
+		p.timerDue = next // the flusher arms its timer for next (no timer when zero)
+	}
 	return next, nil
 }
 

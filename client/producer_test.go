@@ -184,6 +184,46 @@ func TestProducerLingerTrigger(t *testing.T) {
 	}
 }
 
+// TestProducerFullBatchLeavesAtOnce: a batch that reaches BatchBytes goes out without
+// another Send, Flush or the linger (an hour here).
+func TestProducerFullBatchLeavesAtOnce(t *testing.T) {
+	fb := startFake(t)
+	fb.AddTopic("events", 1)
+	c := dial(t, fb)
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 1024, Linger: time.Hour})
+	var acked atomic.Int64
+	if err := p.Send(testCtx(t), &client.Message{Value: bytes.Repeat([]byte("y"), 2000)}, func(client.Ack, error) { acked.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return acked.Load() == 1 })
+}
+
+// TestProducerLingerAfterFullBatches: the linger timer armed for a batch that then left
+// full still sends the partial batch opened after it, once that one's linger is over.
+func TestProducerLingerAfterFullBatches(t *testing.T) {
+	fb := startFake(t)
+	fb.AddTopic("events", 1)
+	c := dial(t, fb)
+	const linger = 50 * time.Millisecond
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096, Linger: linger})
+	ctx := testCtx(t)
+	var acked atomic.Int64
+	val := bytes.Repeat([]byte("x"), 1000)
+	for i := range 10 {
+		if err := p.Send(ctx, &client.Message{Value: val}, func(client.Ack, error) { acked.Add(1) }); err != nil {
+			t.Fatalf("Send %d: %v", i, err)
+		}
+	}
+	sent := time.Now()
+	waitFor(t, func() bool { return acked.Load() == 10 })
+	if d := time.Since(sent); d < linger/2 {
+		t.Errorf("the partial batch left after %v, before its linger (%v)", d, linger)
+	}
+	if n := len(fb.Batches("events", 0)); n < 3 {
+		t.Errorf("10 x 1000 B in %d batches of at most 4096 B", n)
+	}
+}
+
 func TestProducerBackpressure(t *testing.T) {
 	fb := startFake(t)
 	fb.AddTopic("events", 1)
