@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -363,6 +364,22 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			c.fail(lost(fmt.Errorf("%w: %w", ErrProtocol, err)))
 			return
 		}
+		if wire.Op(buf[7]) == wire.OpDeliver {
+			if s := c.subscription(binary.BigEndian.Uint32(buf[12:wire.HeaderSize])); s != nil {
+				// Read the body straight into a buffer the subscription keeps: the batch
+				// is not copied again on its way to the consumer.
+				body := s.takeBuffer(n - wire.HeaderSize)
+				if _, err := io.ReadFull(br, body); err != nil {
+					c.fail(lost(err))
+					return
+				}
+				if err := s.deliverOwned(body); err != nil {
+					c.fail(lost(err))
+					return
+				}
+				continue
+			}
+		}
 		if n > len(buf) {
 			nb := make([]byte, n)
 			copy(nb, buf[:wire.HeaderSize])
@@ -387,9 +404,7 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 // dispatch routes one frame. A returned error breaks the connection.
 func (c *Conn) dispatch(h wire.Header, body []byte) error {
 	if h.Op == wire.OpDeliver {
-		c.mu.Lock()
-		s := c.subs[h.Corr]
-		c.mu.Unlock()
+		s := c.subscription(h.Corr)
 		if s == nil {
 			c.log("DELIVER for an unknown subscription", "subscription", h.Corr)
 			return nil
@@ -443,6 +458,14 @@ func (c *Conn) dispatch(h wire.Header, body []byte) error {
 		return werr
 	}
 	return nil
+}
+
+// subscription returns the subscription with broker id id, or nil.
+func (c *Conn) subscription(id uint32) *Subscription {
+	c.mu.Lock()
+	s := c.subs[id]
+	c.mu.Unlock()
+	return s
 }
 
 func (c *Conn) log(msg string, args ...any) {

@@ -104,7 +104,8 @@ type Subscription struct {
 }
 
 type queuedBatch struct {
-	buf       []byte
+	buf       []byte // the DELIVER body the batch was read into; recycled through free
+	batch     []byte // the batch, inside buf
 	partition uint32
 	dropped   uint64
 }
@@ -243,8 +244,34 @@ func (s *Subscription) Err() error {
 	return s.err
 }
 
-// deliver queues a DELIVER's batch; it runs on the reader goroutine and never blocks.
+// deliver queues a copy of a DELIVER body's batch; it runs on the reader goroutine and never
+// blocks. The reader normally reads DELIVER bodies straight into takeBuffer's buffers and
+// hands them to deliverOwned instead, which saves copying every delivered byte.
 func (s *Subscription) deliver(body []byte) error {
+	buf := s.takeBuffer(len(body))
+	copy(buf, body)
+	return s.deliverOwned(buf)
+}
+
+// takeBuffer returns a buffer of n bytes for a DELIVER body, recycled when one is free.
+func (s *Subscription) takeBuffer(n int) []byte {
+	var buf []byte
+	s.mu.Lock()
+	if k := len(s.free); k > 0 {
+		buf = s.free[k-1]
+		s.free[k-1] = nil
+		s.free = s.free[:k-1]
+	}
+	s.mu.Unlock()
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	return buf[:n]
+}
+
+// deliverOwned queues the batch of the DELIVER body body, which the subscription now owns
+// (it came from takeBuffer). It runs on the reader goroutine and never blocks.
+func (s *Subscription) deliverOwned(body []byte) error {
 	var d wire.Deliver
 	if err := d.Decode(body); err != nil {
 		return fmt.Errorf("%w: DELIVER body: %w", ErrProtocol, err)
@@ -254,14 +281,7 @@ func (s *Subscription) deliver(body []byte) error {
 		s.mu.Unlock()
 		return nil
 	}
-	var buf []byte
-	if n := len(s.free); n > 0 {
-		buf = s.free[n-1]
-		s.free[n-1] = nil
-		s.free = s.free[:n-1]
-	}
-	buf = append(buf[:0], d.Batch...)
-	s.queue = append(s.queue, queuedBatch{buf: buf, partition: d.Partition, dropped: d.Dropped})
+	s.queue = append(s.queue, queuedBatch{buf: body, batch: d.Batch, partition: d.Partition, dropped: d.Dropped})
 	s.mu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -322,7 +342,7 @@ func (s *Subscription) pop(ctx context.Context) (queuedBatch, error) {
 
 // open starts iterating a batch.
 func (s *Subscription) open(q queuedBatch) error {
-	bt, err := wire.ParseBatch(q.buf, s.maxBatch)
+	bt, err := wire.ParseBatch(q.batch, s.maxBatch)
 	if err != nil {
 		return err
 	}
@@ -347,7 +367,7 @@ func (s *Subscription) open(q queuedBatch) error {
 func (s *Subscription) release(q queuedBatch) {
 	s.curActive = false
 	s.cur = queuedBatch{}
-	s.consumed += len(q.buf)
+	s.consumed += len(q.batch)
 	s.mu.Lock()
 	if s.err == nil && len(s.free) < maxFreeBuffers {
 		s.free = append(s.free, q.buf)
