@@ -37,15 +37,24 @@ func newHistogram() *hdrhistogram.Histogram {
 
 // handle records one message. It runs per message: no allocation.
 func (c *consumer) handle(m *client.Received) error {
-	now := time.Now()
-	if c.received == 0 {
-		c.first = now
+	var sent int64
+	if len(m.Value) >= StampSize {
+		sent = int64(binary.BigEndian.Uint64(m.Value))
 	}
-	c.last = now
+	// The clock is read for stamped messages only (all of them at a fixed rate, one in
+	// sampleEvery otherwise, always the first and last of each producer) and for the first
+	// message received: first and last bound the rate.
+	var now time.Time
+	if sent != 0 || c.received == 0 {
+		now = time.Now()
+		if c.received == 0 {
+			c.first = now
+		}
+		c.last = now
+	}
 	c.received++
 	c.dropped += m.Dropped
-	if len(m.Value) >= StampSize {
-		sent := int64(binary.BigEndian.Uint64(m.Value))
+	if sent != 0 {
 		us := (now.UnixNano() - sent) / 1000
 		if us < 1 {
 			us = 1

@@ -82,19 +82,25 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	defer pacer.Close()
 	start := time.Now()
 	const progressEvery = 4096
+	stamp := start
 	for i := 0; i < cfg.Messages; i++ {
-		stamp := time.Now()
-		if interval > 0 {
+		var stampNs int64
+		switch {
+		case interval > 0:
 			intended := start.Add(time.Duration(i) * interval)
 			if d := time.Until(intended); d > 0 {
 				pace.Until(intended, pacer)
 			}
 			stamp = intended
+			stampNs = stamp.UnixNano()
+		case i%sampleEvery == 0 || i == cfg.Messages-1:
+			stamp = time.Now()
+			stampNs = stamp.UnixNano()
 		}
-		binary.BigEndian.PutUint64(value[0:], uint64(stamp.UnixNano()))
+		binary.BigEndian.PutUint64(value[0:], uint64(stampNs))
 		binary.BigEndian.PutUint64(value[8:], uint64(id)<<48|uint64(i))
 		st.sends.note(id, i)
-		msg.Timestamp = stamp // the record's timestamp too: saves Send a second clock read
+		msg.Timestamp = stamp // the record's timestamp too (the last stamp): saves Send a clock read
 		if err := p.Send(ctx, &msg, onAck); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
