@@ -388,12 +388,20 @@ func (c *conn) setStalled(v bool) {
 	}
 	c.stalled.Store(v)
 	c.srv.connsMu.Lock()
+	first := false
 	if v {
 		c.srv.stalled[c] = struct{}{}
+		first = len(c.srv.stalled) == 1
 	} else {
 		delete(c.srv.stalled, c)
 	}
 	c.srv.connsMu.Unlock()
+	if first { // the ticker may be sleeping for deadlineInterval: make it tick often again
+		select {
+		case c.srv.tickKick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // onClose drops the connection's subscriptions and publisher registrations.
