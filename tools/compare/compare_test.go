@@ -89,7 +89,7 @@ func TestSmoke(t *testing.T) {
 	var table bytes.Buffer
 	rep.writeText(&table)
 	t.Logf("table:\n%s", table.String())
-	for _, want := range []string{"transient 100 B", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
+	for _, want := range []string{"transient 100 B", "acks=none as NATS core", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
 		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99",
 		"x the floor (", "relay "} {
 		if !strings.Contains(table.String(), want) {

@@ -408,7 +408,7 @@ func waitLQSubscribers(ctx context.Context, addr, topic string, n int, sub *clie
 
 // lqTransient: `lqbench consume` (subs subscribers in one process) and `lqbench produce` as
 // separate processes, the consumer subscribed first, as nats bench sub / pub.
-func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int) (sample, error) {
+func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs ...string) (sample, error) {
 	b, err := r.startLightQ(ctx)
 	if err != nil {
 		return nil, err
@@ -424,7 +424,7 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int) (sample,
 			_ = sub.wait()
 			return err
 		}
-		pub := m.lqbench(ctx, "pub", "produce", "-t", "bench", "-s", sz, "-m", n)
+		pub := m.lqbench(ctx, "pub", append([]string{"produce", "-t", "bench", "-s", sz, "-m", n}, pubArgs...)...)
 		perr := pub.run()
 		serr := sub.wait()
 		if err := errors.Join(perr, serr); err != nil {
@@ -764,6 +764,14 @@ func (r *runner) cases() []caseDef {
 	}
 	if want("transient") {
 		out = append(out, transient(100, cfg.Msgs100, ratioAtLeast(3), "transient"), transient(1024, cfg.Msgs1K, ratioAtLeast(2), "transient"))
+		// The same 1024 B case with NATS core's guarantee: no acknowledgement of a publish
+		// (LightQ's default, acks=written, answers every batch once it is in the ring).
+		out = append(out, caseDef{id: "transient-1024-acks-none", family: "transient", size: 1024,
+			title: "transient 1024 B, LightQ acks=none as NATS core (no publish acks)", rows: subRow(nil),
+			lightq: func(ctx context.Context) (sample, error) {
+				return r.lqTransient(ctx, 1024, cfg.Msgs1K, 1, "--acks", "none")
+			},
+			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, 1024, cfg.Msgs1K, 1) }})
 	}
 	if want("fanout") {
 		k := cfg.FanoutSubs

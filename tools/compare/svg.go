@@ -16,8 +16,8 @@ type sizePoint struct {
 func (r *report) sizePoints() []sizePoint {
 	var pts []sizePoint
 	for _, c := range r.cases {
-		if c.family != "transient" && c.family != "sizes" {
-			continue
+		if c.family != "transient" && c.family != "sizes" || strings.HasSuffix(c.id, "-acks-none") {
+			continue // one point per size: LightQ's default acks
 		}
 		p := sizePoint{size: c.size, lq: median(r.values(c.id, "lightq", "sub")), nats: median(r.values(c.id, "nats", "sub"))}
 		if !math.IsNaN(p.lq) || !math.IsNaN(p.nats) {
