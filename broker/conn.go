@@ -276,6 +276,9 @@ func (c *conn) readFrames() {
 		if size == 0 || buffered < size {
 			return
 		}
+		if c.produceDirect(size) {
+			continue
+		}
 		frame, err := c.gc.Peek(size)
 		if err != nil {
 			c.sendError(0, wire.CodeInternal, "peek: "+err.Error())

@@ -186,3 +186,69 @@ func TestPipelinedRequestsInOneWrite(t *testing.T) {
 		t.Fatalf("batches_in %d, want 200", v)
 	}
 }
+
+// TestLargeProduceSpanningReads: PRODUCE frames of ~200 KiB written in pieces with pauses,
+// so each reaches the broker over several reads and is stored from gnet's buffers straight
+// into the ring: good batches arrive intact, in order, and a corrupt one among them is refused
+// (CORRUPT_BATCH, connection open) without touching the batches around it.
+func TestLargeProduceSpanningReads(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createTopic("big", 1, "big-user", "big-pw")
+	sub := login(t, srv.Addr(), "big-user", "big-pw")
+	sub.subscribe("big", 0, "", 64<<20)
+	pub := login(t, srv.Addr(), "big-user", "big-pw")
+
+	value := func(batch, i int) string { return fmt.Sprintf("%d-%d-%0950d", batch, i, i) }
+	makeBatch := func(n int) []byte {
+		vals := make([]string, 200)
+		for i := range vals {
+			vals[i] = value(n, i)
+		}
+		return testBatch(t, vals...)
+	}
+	const batches = 4
+	corrupt := 2 // this one's CRC is broken
+	for n := 0; n < batches; n++ {
+		batch := makeBatch(n)
+		if n == corrupt {
+			batch[len(batch)-1] ^= 0xff
+		}
+		corr := pub.nextCorr()
+		frame := wire.AppendFrame(nil, wire.OpProduce, 0, corr, produceBody("big", 0, wire.AcksWritten, batch))
+		for off := 0; off < len(frame); off += 48 << 10 {
+			pub.write(frame[off:min(off+48<<10, len(frame))])
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n == corrupt {
+			pub.expectError(corr, wire.CodeCorruptBatch)
+			continue
+		}
+		var resp wire.ProduceResponse
+		if err := resp.Decode(pub.expectResponse(wire.OpProduce, corr)); err != nil {
+			t.Fatal(err)
+		}
+		stored := n
+		if n > corrupt {
+			stored-- // the corrupt batch took no offsets
+		}
+		if resp.BaseOffset != int64(stored*200) {
+			t.Fatalf("batch %d stored at %d, want %d", n, resp.BaseOffset, stored*200)
+		}
+	}
+	for n := 0; n < batches; n++ {
+		if n == corrupt {
+			continue
+		}
+		d := sub.readDeliver()
+		if len(d.values) != 200 || d.dropped != 0 {
+			t.Fatalf("batch %d: %d values, %d dropped", n, len(d.values), d.dropped)
+		}
+		for i, v := range d.values {
+			if v != value(n, i) {
+				t.Fatalf("batch %d value %d = %.20q..., want %.20q...", n, i, v, value(n, i))
+			}
+		}
+	}
+	pub.ping() // still open
+}

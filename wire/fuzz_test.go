@@ -196,3 +196,33 @@ func FuzzBodies(f *testing.F) {
 		}
 	})
 }
+
+// FuzzProduceHeader: DecodeHeader agrees with Decode on any input, however much of the batch
+// follows the header, and never reads past MaxProduceHeader.
+func FuzzProduceHeader(f *testing.F) {
+	f.Add((&wire.Produce{Topic: []byte("events"), Partition: 3, Acks: wire.AcksDurable, Batch: []byte("batch")}).AppendTo(nil))
+	f.Add([]byte{0, 1, 'a', 0xff, 0xff, 0xff, 0xff, 1})
+	f.Add([]byte{0, 1, 'a', 0, 0, 0, 0, 9})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var full, head wire.Produce
+		ferr := full.Decode(data)
+		n, herr := head.DecodeHeader(data)
+		if (ferr == nil) != (herr == nil) {
+			t.Fatalf("Decode error %v, DecodeHeader error %v", ferr, herr)
+		}
+		if ferr != nil {
+			return
+		}
+		if n > wire.MaxProduceHeader || n+len(full.Batch) != len(data) {
+			t.Fatalf("header of %d bytes, batch of %d, body of %d", n, len(full.Batch), len(data))
+		}
+		if !bytes.Equal(head.Topic, full.Topic) || head.Partition != full.Partition || head.Acks != full.Acks {
+			t.Fatalf("DecodeHeader %+v, Decode %+v", head, full)
+		}
+		// A prefix holding the whole header decodes the same.
+		var pre wire.Produce
+		if m, err := pre.DecodeHeader(data[:n]); err != nil || m != n {
+			t.Fatalf("the header alone: %d, %v", m, err)
+		}
+	})
+}

@@ -403,16 +403,33 @@ func (m *Produce) AppendTo(dst []byte) []byte {
 	return append(dst, m.Batch...)
 }
 
+// MaxProduceHeader is the longest part of a PRODUCE body before its batch.
+const MaxProduceHeader = 2 + MaxTopicName + 4 + 1
+
 func (m *Produce) Decode(b []byte) error {
+	n, err := m.DecodeHeader(b)
+	if err != nil {
+		return err
+	}
+	m.Batch = b[n:]
+	return nil
+}
+
+// DecodeHeader decodes the part of a PRODUCE body before the batch (topic, partition, acks)
+// from the start of b, which may go on into the batch, and returns its length. It leaves
+// m.Batch alone. It lets the broker route a batch before the batch is read.
+func (m *Produce) DecodeHeader(b []byte) (int, error) {
 	r := NewReader(b)
 	m.Topic = r.StringBytes(MaxTopicName, "topic name")
 	m.Partition = r.I32()
 	m.Acks = Acks(r.U8())
-	m.Batch = r.Rest()
 	if r.Err() == nil && m.Acks > AcksDurable {
 		r.Fail(fmt.Errorf("%w: acks level %d", ErrMalformed, m.Acks))
 	}
-	return r.Err()
+	if err := r.Err(); err != nil {
+		return 0, err
+	}
+	return len(b) - len(r.Rest()), nil
 }
 
 // ProduceResponse acknowledges a batch: the partition it went to and the offset of its first

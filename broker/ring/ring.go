@@ -7,7 +7,8 @@
 // not read them by then has lost them; it learns how many messages it lost from the message
 // sequence numbers (see View.FirstMsg).
 //
-// Concurrency: Append may be called from any goroutine (writers are serialised by Ring.mu).
+// Concurrency: Append (or Reserve then Commit or Abort) may be called from any goroutine
+// (writers are serialised by Ring.mu, which Reserve holds until Commit or Abort).
 // Acquire/Release may be called from any goroutine concurrently with Append. A View holds a
 // read lock on its slot until Release, which keeps writers from reusing that part of the
 // arena: hold it only for the duration of a non-blocking write. Lock order: Ring.mu, then a
@@ -42,6 +43,8 @@ type Ring struct {
 	slots    []slot
 	mask     uint64
 	writePos int           // under mu: arena offset after the newest batch
+	resPos   int           // under mu: the space Reserve handed out
+	resN     int
 	nextMsg  atomic.Uint64 // message sequence number the next record gets
 	head     atomic.Uint64 // batch sequence number the next Append gets
 	tail     atomic.Uint64 // oldest batch sequence number still held
@@ -69,12 +72,24 @@ func (r *Ring) MaxBatch() int { return len(r.arena) / 2 }
 // number. It evicts the oldest batches as needed; it never blocks on readers except for the
 // duration of a write a reader of an evicted batch is doing right now.
 func (r *Ring) Append(batch []byte, count uint32) (uint64, error) {
-	n := len(batch)
+	dst, err := r.Reserve(len(batch))
+	if err != nil {
+		return 0, err
+	}
+	copy(dst, batch)
+	return r.Commit(count), nil
+}
+
+// Reserve makes room for a batch of n bytes, evicting the oldest batches as needed, and
+// returns the arena space to write it into: a writer can fill it straight from its input
+// and validate it there, with no copy of its own. Exactly one of Commit or Abort must follow;
+// until then the ring is locked for other writers (readers are not blocked), so fill the
+// space without waiting on anything. Batches evicted for an aborted batch stay evicted.
+func (r *Ring) Reserve(n int) ([]byte, error) {
 	if n > r.MaxBatch() {
-		return 0, fmt.Errorf("%w: %d bytes, ring holds %d", ErrTooLarge, n, len(r.arena))
+		return nil, fmt.Errorf("%w: %d bytes, ring holds %d", ErrTooLarge, n, len(r.arena))
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	head := r.head.Load()
 	pos := r.writePos
 	if pos+n > len(r.arena) {
@@ -92,8 +107,18 @@ func (r *Ring) Append(batch []byte, count uint32) (uint64, error) {
 		r.tailMsg.Store(next)
 		r.tail.Store(tail + 1)
 	}
+	r.resPos, r.resN = pos, n
+	return r.arena[pos : pos+n : pos+n], nil
+}
+
+// Commit publishes the batch of count records written into the space Reserve returned: it
+// rewrites the batch's base offset to the sequence number of its first message and returns
+// that number.
+func (r *Ring) Commit(count uint32) uint64 {
+	defer r.mu.Unlock()
+	head := r.head.Load()
+	pos, n := r.resPos, r.resN
 	first := r.nextMsg.Load()
-	copy(r.arena[pos:pos+n], batch)
 	wire.SetBaseOffset(r.arena[pos:], int64(first))
 	s := &r.slots[head&r.mask]
 	s.mu.Lock()
@@ -105,8 +130,11 @@ func (r *Ring) Append(batch []byte, count uint32) (uint64, error) {
 	}
 	r.nextMsg.Store(first + uint64(count))
 	r.head.Store(head + 1)
-	return first, nil
+	return first
 }
+
+// Abort gives up the space Reserve returned (its batch was invalid). Nothing is published.
+func (r *Ring) Abort() { r.mu.Unlock() }
 
 // overlapsLive reports whether [pos, pos+n) intersects the live data, which runs circularly
 // from the start of batch tail to writePos. Caller holds mu.
