@@ -42,8 +42,8 @@ type Ring struct {
 	arena    []byte
 	slots    []slot
 	mask     uint64
-	writePos int           // under mu: arena offset after the newest batch
-	resPos   int           // under mu: the space Reserve handed out
+	writePos int // under mu: arena offset after the newest batch
+	resPos   int // under mu: the space Reserve handed out
 	resN     int
 	nextMsg  atomic.Uint64 // message sequence number the next record gets
 	head     atomic.Uint64 // batch sequence number the next Append gets
