@@ -203,3 +203,48 @@ func BenchmarkAppendAcquire(b *testing.B) {
 		r.Release(v)
 	}
 }
+
+// TestReserveCommitAbort: an aborted reservation publishes nothing and takes no sequence
+// numbers; a committed one is a batch like an appended one; Reserve refuses what Append does.
+func TestReserveCommitAbort(t *testing.T) {
+	r := New(64<<10, 16)
+	if _, err := r.Append(makeBatch(t, 1, 3, 20), 3); err != nil {
+		t.Fatal(err)
+	}
+	good := makeBatch(t, 2, 4, 20)
+	dst, err := r.Reserve(len(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(dst, good)
+	r.Abort()
+	if _, ok := r.Acquire(1); ok {
+		t.Fatal("an aborted batch is visible")
+	}
+	if oldest, next := r.Messages(); oldest != 0 || next != 3 {
+		t.Fatalf("messages %d..%d after an abort, want 0..3", oldest, next)
+	}
+	dst, err = r.Reserve(len(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(dst, good)
+	if first := r.Commit(4); first != 3 {
+		t.Fatalf("committed batch starts at message %d, want 3", first)
+	}
+	v, ok := r.Acquire(1)
+	if !ok || v.FirstMsg != 3 || v.Count != 4 {
+		t.Fatalf("acquire 1: ok %v first %d count %d", ok, v.FirstMsg, v.Count)
+	}
+	bt, err := wire.ParseBatch(v.Data, 1<<20)
+	if err != nil || bt.BaseOffset != 3 || !bytes.Equal(v.Data[8:], good[8:]) {
+		t.Fatalf("committed batch: base %d, err %v", bt.BaseOffset, err)
+	}
+	r.Release(v)
+	if _, err := r.Reserve(r.MaxBatch() + 1); err == nil {
+		t.Fatal("Reserve took more than MaxBatch")
+	}
+	if _, err := r.Append(makeBatch(t, 3, 1, 20), 1); err != nil { // the ring is not left locked
+		t.Fatal(err)
+	}
+}
