@@ -97,7 +97,7 @@ func (c *Config) Defaults() {
 		c.Window = 16 << 20
 	}
 	if c.BatchBytes == 0 {
-		c.BatchBytes = 128 << 10
+		c.BatchBytes = 512 << 10
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 16

@@ -131,7 +131,7 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Producers, "producers", 1, "producer connections")
 	fs.IntVar(&cfg.Consumers, "consumers", 1, "consumer connections")
 	fs.StringVar(&cfg.Group, "group", "", "queue group shared by the consumers (default: each gets every message)")
-	fs.IntVar(&cfg.BatchBytes, "batch", 128<<10, "producer batch size in bytes")
+	fs.IntVar(&cfg.BatchBytes, "batch", 512<<10, "producer batch size in bytes")
 	fs.DurationVar(&cfg.Linger, "linger", time.Millisecond, "producer linger time")
 	fs.IntVar(&cfg.MaxInFlight, "inflight", 16, "batches in flight per producer")
 	fs.IntVar(&cfg.Rate, "rate", 0, "total messages per second, open loop (0 = as fast as possible)")

@@ -1,8 +1,8 @@
 // Command blast measures the physical limit the broker works within: raw TCP throughput
 // between two processes on loopback, with the socket buffer sizes the broker uses (1 MiB
-// SO_SNDBUF and SO_RCVBUF) and writes the size of a producer batch (128 KiB).
+// SO_SNDBUF and SO_RCVBUF) and writes the size of an lqbench producer batch (512 KiB).
 //
-//	blast [-bytes N] [-write 131072] [-read 65536] [-sndbuf 1048576] [-rcvbuf 1048576] [-json]
+//	blast [-bytes N] [-write 524288] [-read 65536] [-sndbuf 1048576] [-rcvbuf 1048576] [-json]
 //
 // The process started by the user listens on 127.0.0.1:0 and receives; it starts a copy of
 // itself (blast -send ADDR) as the sender, so the two ends are separate processes as a
@@ -47,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("blast", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	total := fs.Int64("bytes", 4<<30, "bytes to send")
-	writeSize := fs.Int("write", 128<<10, "bytes per write(2) (a producer batch)")
+	writeSize := fs.Int("write", 512<<10, "bytes per write(2) (a producer batch)")
 	readSize := fs.Int("read", 64<<10, "bytes per read(2) (the client's read buffer)")
 	sndbuf := fs.Int("sndbuf", 1<<20, "SO_SNDBUF of the sender")
 	rcvbuf := fs.Int("rcvbuf", 1<<20, "SO_RCVBUF of the receiver")

@@ -838,7 +838,7 @@ func (r *runner) cases() []caseDef {
 				lightq: func(ctx context.Context) (sample, error) { return r.latencyFloor(ctx) }})
 	}
 	if want("tcp") {
-		out = append(out, caseDef{id: "tcp", family: "tcp", title: "raw TCP, 128 KiB writes, 1 MiB socket buffers",
+		out = append(out, caseDef{id: "tcp", family: "tcp", title: "raw TCP, 512 KiB writes, 1 MiB socket buffers",
 			rows:   []rowDef{{key: "mb", label: "MB/s (1e6 B)"}},
 			lightq: func(ctx context.Context) (sample, error) { return r.tcpLimit(ctx) }})
 	}
