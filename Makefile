@@ -72,7 +72,7 @@ bench-e2e:
 bench-fetch:
 	./tools/bench-fetch.sh
 
-# LightQ vs NATS side by side (installs the pinned NATS peers on first use; ~11 min): prints the
+# LightQ vs NATS side by side (installs the pinned NATS peers on first use, ~4 min; then ~7 min): prints the
 # table and rewrites docs/PERFORMANCE.md's generated section and docs/compare-throughput.svg.
 COMPARE_ROUNDS ?= 3
 compare:
