@@ -39,6 +39,16 @@ type conn struct {
 	closed       bool // OnClose ran: stop touching gc
 	fatal        bool // an error that closes the connection was queued
 
+	// durableWaits counts this connection's PRODUCE acks waiting for an fsync (queued with
+	// durablePart.waitDurable, answered through queueAck). A draining connection stays open
+	// until they are out.
+	durableWaits int
+	// refused is set once a PRODUCE arrived during shutdown: its refusal (SHUTTING_DOWN with
+	// corr refusedCorr) closes the connection, so it is sent only when the connection is
+	// drained, after the acks it is owed; input after it is discarded unanswered.
+	refused     bool
+	refusedCorr uint32
+
 	out []byte // responses queued during this OnTraffic, written once at its end
 
 	subs      []*subscription
@@ -154,9 +164,14 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.setStalled(c.readBlocked || c.deliverBlocked || c.xferBlocked)
-	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused {
-		// Drained: say goodbye and close (see Server.Shutdown).
-		c.sendError(0, wire.CodeShuttingDown, "broker is shutting down")
+	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 {
+		// Drained, acks included: say goodbye and close (see Server.Shutdown). A PRODUCE
+		// refused meanwhile gets the goodbye as its answer.
+		msg := "broker is shutting down"
+		if c.refused {
+			msg = "broker is shutting down; batch not stored, nor anything sent after it"
+		}
+		c.sendError(c.refusedCorr, wire.CodeShuttingDown, msg)
 		c.flush()
 		return gnet.Close
 	}
@@ -232,6 +247,7 @@ func (c *conn) runCompletions() {
 	for _, fn := range fns {
 		fn(c)
 	}
+	c.durableWaits -= len(acks)
 	for _, a := range acks {
 		if a.err != nil {
 			c.sendError(a.corr, storageCode(a.err), a.err.Error())
@@ -252,7 +268,13 @@ func (c *conn) runCompletions() {
 func (c *conn) readFrames() {
 	limits := &c.srv.cfg.Limits
 	c.readBlocked = false
-	for !c.paused && !c.fatal && c.xfer == nil {
+	if c.refused {
+		// Nothing after the refused PRODUCE is processed (the closing SHUTTING_DOWN says
+		// so); dropping it keeps the input bounded until then.
+		_, _ = c.gc.Discard(c.gc.InboundBuffered())
+		return
+	}
+	for !c.paused && !c.fatal && !c.refused && c.xfer == nil {
 		buffered := c.gc.InboundBuffered()
 		if buffered == 0 {
 			return

@@ -14,8 +14,11 @@ import (
 // buffer and copied once, into the ring.
 func (c *conn) handleProduce(corr uint32, body []byte) {
 	if c.srv.stopping.Load() {
-		// Nothing new is accepted while the broker drains what it already acknowledged.
-		c.sendError(corr, wire.CodeShuttingDown, "broker is shutting down; batch not stored")
+		// Nothing new is accepted while the broker drains. The refusal closes the
+		// connection, so it waits for the acks this connection is owed (see onTraffic).
+		if !c.refused {
+			c.refused, c.refusedCorr = true, corr
+		}
 		return
 	}
 	var m wire.Produce
@@ -169,6 +172,7 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	p.wakeAll()
 	switch {
 	case d.needsSyncForAck(m.Acks):
+		c.durableWaits++
 		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count)})
 		return
 	case d.shape.mode == fsyncAlways:

@@ -399,3 +399,88 @@ func TestShutdownWithStuckSubscriber(t *testing.T) {
 	}
 	t.Fatal("subscriber still receiving 100 frames after Shutdown returned")
 }
+
+// TestShutdownAnswersOwedDurableAcks: a producer pipelining fsync-before-ack batches while the
+// broker shuts down gets an answer for every batch it stored (the connection stays open until
+// the syncer has acknowledged them), then SHUTTING_DOWN as the answer to the first batch the
+// broker refused. After a restart the log holds exactly the acknowledged records.
+func TestShutdownAnswersOwedDurableAcks(t *testing.T) {
+	cfg := testConfig(t)
+	srv := startWith(t, cfg)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("owed", 1, wire.Option{Key: "fsync", Value: "always"})
+	prod := login(t, srv.Addr(), "d-user", "d-pw")
+	batch := testBatch(t, "a", "b", "c", "d")
+
+	// Pipeline batches until the connection breaks, at most 1M of them or for 10 s.
+	stop := make(chan struct{})
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		body := produceBody("owed", 0, wire.AcksWritten, batch)
+		var frame []byte
+		for i := uint32(1); i <= 1_000_000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			frame = wire.AppendFrame(frame[:0], wire.OpProduce, 0, i, body)
+			if _, err := prod.conn.Write(frame); err != nil {
+				return
+			}
+		}
+	}()
+	defer close(stop)
+
+	var acked, refusedCorr uint32
+	shutdown := make(chan error, 1)
+	for {
+		f, err := prod.readFrame(10 * time.Second)
+		if err != nil {
+			break // closed after SHUTTING_DOWN (checked below)
+		}
+		switch f.h.Op {
+		case wire.OpProduce:
+			if refusedCorr != 0 {
+				t.Fatalf("ack for corr %d after the refusal of %d", f.h.Corr, refusedCorr)
+			}
+			if f.h.Corr != acked+1 {
+				t.Fatalf("ack for corr %d, want %d", f.h.Corr, acked+1)
+			}
+			acked++
+			if acked == 200 {
+				go func() { shutdown <- srv.Shutdown(context.Background()) }()
+			}
+		case wire.OpError:
+			var eb wire.ErrorBody
+			_ = eb.Decode(f.body)
+			if eb.Code != wire.CodeShuttingDown {
+				t.Fatalf("ERROR %s corr %d: %s", eb.Code, f.h.Corr, eb.Message)
+			}
+			refusedCorr = f.h.Corr
+			if refusedCorr == 0 {
+				refusedCorr = ^uint32(0) // drained before any PRODUCE was refused
+			}
+		default:
+			t.Fatalf("got %s", f.h.Op)
+		}
+	}
+	if refusedCorr == 0 {
+		t.Fatal("connection closed without SHUTTING_DOWN")
+	}
+	if err := <-shutdown; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d batches acknowledged before the shutdown refusal (corr %d)", acked, refusedCorr)
+
+	srv2 := startWith(t, cfg)
+	c := login(t, srv2.Addr(), "d-user", "d-pw")
+	md := wire.MetadataRequest{Topics: []string{"owed"}}
+	var resp wire.MetadataResponse
+	if err := resp.Decode(c.expectResponse(wire.OpMetadata, c.send(wire.OpMetadata, md.AppendTo(nil)))); err != nil {
+		t.Fatal(err)
+	}
+	if end := resp.Topics[0].Partitions[0].EndOffset; end != int64(acked)*4 {
+		t.Fatalf("log ends at %d after restart; %d batches of 4 were acknowledged (%d records)", end, acked, acked*4)
+	}
+}
