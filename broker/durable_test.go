@@ -234,3 +234,23 @@ func TestPipelinedFetches(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionAnyRoundRobin: PRODUCE to PartitionAny spreads batches evenly over the
+// partitions of durable and transient topics alike (the direct transient path and the general
+// path must not both advance the round robin).
+func TestPartitionAnyRoundRobin(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("rr-durable", 2)
+	admin.createTopic("rr-transient", 2, "d-user", "d-pw")
+	c := login(t, srv.Addr(), "d-user", "d-pw")
+	for _, topic := range []string{"rr-durable", "rr-transient"} {
+		seen := map[uint32]int{}
+		for i := 0; i < 8; i++ {
+			seen[c.produceAcks(topic, wire.PartitionAny, wire.AcksWritten, testBatch(t, "x")).Partition]++
+		}
+		if seen[0] != 4 || seen[1] != 4 {
+			t.Errorf("%s: PartitionAny spread 8 batches as %v", topic, seen)
+		}
+	}
+}

@@ -72,6 +72,9 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 // not a PRODUCE a ready connection may send, a body or topic that is not right, a durable
 // topic, an oversized batch. Those go through handle, which gives the same answers it always
 // did. Only the batch's own errors are answered here, with the codes handleProduce gives.
+// Two costs of checking the batch in the ring: one that fails its CRC has already made room
+// (older batches evicted, which a subscriber still behind them sees as dropped), and the
+// check runs under the ring's writer lock (at most MaxBatch bytes, about 0.1 ms).
 func (c *conn) produceDirect(size int) bool {
 	if !c.helloDone || c.principal == nil || c.srv.stopping.Load() {
 		return false
@@ -92,7 +95,10 @@ func (c *conn) produceDirect(size int) bool {
 		return false
 	}
 	batchLen := size - wire.HeaderSize - hl
-	if batchLen > c.srv.cfg.Limits.MaxBatch || batchLen < wire.BatchHeaderSize {
+	// Decide before choosing a partition: PartitionAny advances the round robin, which the
+	// general path would advance again.
+	if t.kind != wire.KindTransient || batchLen > c.srv.cfg.Limits.MaxBatch || batchLen < wire.BatchHeaderSize ||
+		batchLen > t.parts[0].ring.MaxBatch() {
 		return false
 	}
 	var p *partition
@@ -104,9 +110,7 @@ func (c *conn) produceDirect(size int) bool {
 	default:
 		p = t.parts[m.Partition]
 	}
-	if p.dlog != nil || batchLen > p.ring.MaxBatch() {
-		return false
-	}
+
 	// Committed to this path: consume the frame.
 	_, _ = c.gc.Discard(wire.HeaderSize + hl)
 	dst, err := p.ring.Reserve(batchLen)
