@@ -245,6 +245,11 @@ func (p *Producer) sealDue(ctx context.Context, all bool) (time.Time, error) {
 		case p.sem <- struct{}{}:
 		default:
 			p.flushLocked()
+			if !all {
+				// No timer is armed while we wait: a Send opening a batch meanwhile (on a
+				// partition this scan has passed) must wake the flusher to rescan.
+				p.timerDue = time.Time{}
+			}
 			p.mu.Unlock()
 			var err error
 			select {
