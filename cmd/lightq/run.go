@@ -114,6 +114,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			cfg.Logger.Error().Err(err).Msg("pprof server stopped")
 		}()
 	}
+	if cfg.EventLoops == 0 {
+		cfg.EventLoops = defaultEventLoops()
+	}
 	if procs, set := reserveLoopProcs(cfg.EventLoops, getenv); set {
 		cfg.Logger.Debug().Int("gomaxprocs", procs).Msg("one P per event loop on top of one per CPU")
 	}

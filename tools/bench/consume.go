@@ -41,11 +41,12 @@ func (c *consumer) handle(m *client.Received) error {
 	if len(m.Value) >= StampSize {
 		sent = int64(binary.BigEndian.Uint64(m.Value))
 	}
-	// The clock is read for stamped messages only (all of them at a fixed rate, one in
-	// sampleEvery otherwise, always the first and last of each producer) and for the first
-	// message received: first and last bound the rate.
+	// The clock is read for stamped messages (all of them at a fixed rate, one in sampleEvery
+	// otherwise, always the first and last of each producer), for the first message received
+	// and for every sampleEvery-th: first and last bound the rate, and last is off by fewer
+	// than sampleEvery messages even when the producers' last messages were dropped.
 	var now time.Time
-	if sent != 0 || c.received == 0 {
+	if sent != 0 || c.received%sampleEvery == 0 {
 		now = time.Now()
 		if c.received == 0 {
 			c.first = now

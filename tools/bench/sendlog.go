@@ -18,7 +18,7 @@ type sendLog struct {
 
 // newSendLog returns a log for producers x messages, or nil when that is over maxSendLog.
 func newSendLog(producers, messages int) *sendLog {
-	if producers*messages > maxSendLog || producers > 1<<16 || uint64(messages) >= 1<<48 {
+	if producers > 1<<16 || uint64(messages) >= 1<<48 || uint64(producers)*uint64(messages) > maxSendLog {
 		return nil
 	}
 	l := &sendLog{slots: make([][]atomic.Int64, producers)}
