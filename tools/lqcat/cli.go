@@ -35,7 +35,8 @@ Connection and credentials:
                           the admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
   Produce, consume, -L, stats and group use the topic user when a password is given for it,
   else the admin; topic create and delete need the admin. Prefer the environment to flags
-  for passwords (flags show in ps). lqcat never prints a password.
+  for passwords (flags show in ps). lqcat never prints a password. These flags, -J, -q and
+  -v may come before a subcommand too: lqcat -b HOST:PORT topic list.
 
 Produce (-P):
   -D DELIM   message delimiter (default \n); escapes \n \r \t \0 \\ \xNN
@@ -178,6 +179,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdin 
 }
 
 func (r *runner) run(ctx context.Context, args []string) error {
+	args = commonFlagsFirst(args)
 	if len(args) > 0 {
 		switch args[0] {
 		case "topic":
@@ -192,6 +194,39 @@ func (r *runner) run(ctx context.Context, args []string) error {
 		}
 	}
 	return r.kcatMode(ctx, args)
+}
+
+// commonFlagsFirst turns "lqcat -b HOST topic create ..." (the common flags before a
+// subcommand, the way kcat users put -b first) into "lqcat topic create ... -b HOST", which
+// the subcommands parse. Anything else is returned as it is: only common flags (see
+// common.register) may come before the subcommand's name, so "-C -t topic" stays kcat mode.
+func commonFlagsFirst(args []string) []string {
+	takesValue := map[string]bool{"b": true, "user": true, "password": true, "admin-user": true, "admin-password": true, "timeout": true}
+	isBool := map[string]bool{"J": true, "q": true, "v": true}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+			switch a {
+			case "topic", "stats", "group":
+				if i == 0 {
+					return args
+				}
+				out := append([]string{a}, args[i+1:]...)
+				return append(out, args[:i]...)
+			}
+			return args
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case isBool[name]:
+		case takesValue[name] && hasValue:
+		case takesValue[name]:
+			i++ // its value
+		default:
+			return args
+		}
+	}
+	return args
 }
 
 // warn prints a warning unless -q.

@@ -377,6 +377,10 @@ func TestMetadataTopicsStats(t *testing.T) {
 	golden(t, "list.golden", mask(e.ok("", "-L"), e.addr, version))
 	golden(t, "list-json.golden", mask(e.ok("", "-L", "-J", "-t", "events"), e.addr, version))
 	golden(t, "topic-list.golden", e.ok("", "topic", "list"))
+	// kcat users put -b first: common flags before the subcommand work too.
+	if got, want := e.ok("", "-b", e.addr, "-q", "topic", "list"), e.ok("", "topic", "list"); got != want {
+		t.Errorf("lqcat -b ADDR -q topic list:\n%s\nwant:\n%s", got, want)
+	}
 	golden(t, "topic-list-json.golden", e.ok("", "topic", "list", "-J"))
 	// How many batches the lines made depends on timing: mask those counters.
 	volatile := regexp.MustCompile(`((?:bytes_in|batches_in)"?:?\s*)\d+`)

@@ -248,3 +248,26 @@ func TestParseSizeAndDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestCommonFlagsFirst: common flags before a subcommand move after it; kcat mode and
+// anything ambiguous stay as they are.
+func TestCommonFlagsFirst(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"-b h:1 topic create t --kind durable", "topic create t --kind durable -b h:1"},
+		{"-b=h:1 -q --admin-password pw topic list -J", "topic list -J -b=h:1 -q --admin-password pw"},
+		{"-J -v stats", "stats -J -v"},
+		{"--timeout 3s group describe -G g -t x", "group describe -G g -t x --timeout 3s"},
+		{"topic list -b h:1", "topic list -b h:1"},
+		{"-b h:1 -C -t topic", "-b h:1 -C -t topic"}, // kcat mode; "topic" is -t's value
+		{"-C -t group -b h:1", "-C -t group -b h:1"},
+		{"-b topic -L", "-b topic -L"}, // a broker named "topic"
+		{"-b h:1", "-b h:1"},
+		{"", ""},
+	}
+	for _, c := range cases {
+		got := strings.Join(commonFlagsFirst(strings.Fields(c.in)), " ")
+		if got != c.want {
+			t.Errorf("%q -> %q, want %q", c.in, got, c.want)
+		}
+	}
+}
