@@ -35,15 +35,10 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeOf(err), err.Error())
 		return
 	}
-	var p *partition
-	switch {
-	case m.Partition == wire.PartitionAny:
-		p = t.parts[int(t.rr.Add(1)-1)%len(t.parts)]
-	case m.Partition < 0 || int(m.Partition) >= len(t.parts):
+	p := t.partitionFor(m.Partition)
+	if p == nil {
 		c.sendError(corr, wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0-%d, not %d", t.name, len(t.parts)-1, m.Partition))
 		return
-	default:
-		p = t.parts[m.Partition]
 	}
 	if p.dlog != nil {
 		c.produceDurable(corr, t, p, &m, bt.RecordCount)
@@ -101,14 +96,9 @@ func (c *conn) produceDirect(size int) bool {
 		batchLen > t.parts[0].ring.MaxBatch() {
 		return false
 	}
-	var p *partition
-	switch {
-	case m.Partition == wire.PartitionAny:
-		p = t.parts[int(t.rr.Add(1)-1)%len(t.parts)]
-	case m.Partition < 0 || int(m.Partition) >= len(t.parts):
+	p := t.partitionFor(m.Partition)
+	if p == nil {
 		return false
-	default:
-		p = t.parts[m.Partition]
 	}
 
 	// Committed to this path: consume the frame.
@@ -135,6 +125,18 @@ func (c *conn) produceDirect(size int) bool {
 	first := p.ring.Commit(bt.RecordCount)
 	c.producedTransient(corr, t, p, m.Acks, batchLen, bt.RecordCount, first)
 	return true
+}
+
+// partitionFor returns the partition a PRODUCE names, taking the next in round robin for
+// PartitionAny, or nil when the topic has no such partition.
+func (t *topic) partitionFor(id int32) *partition {
+	switch {
+	case id == wire.PartitionAny:
+		return t.parts[int(t.rr.Add(1)-1)%len(t.parts)]
+	case id < 0 || int(id) >= len(t.parts):
+		return nil
+	}
+	return t.parts[id]
 }
 
 // producedTransient counts a batch stored in a transient partition, wakes its subscribers

@@ -287,11 +287,7 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 		}
 		// The batch is full: seal it, which takes an in-flight slot.
 		if !haveToken {
-			select {
-			case p.sem <- struct{}{}:
-				haveToken = true
-			default:
-			}
+			haveToken = p.tryToken()
 		}
 		if haveToken {
 			p.seal(part, true)
