@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -75,11 +74,14 @@ func (c *conn) produceDirect(size int) bool {
 		return false
 	}
 	head, err := c.gc.Peek(min(size, wire.HeaderSize+wire.MaxProduceHeader))
-	if err != nil || len(head) < wire.HeaderSize || wire.Op(head[7]) != wire.OpProduce ||
-		binary.BigEndian.Uint16(head[8:])&wire.FlagResponse != 0 {
+	if err != nil {
 		return false
 	}
-	corr := binary.BigEndian.Uint32(head[12:])
+	fh, ok := wire.PeekHeader(head)
+	if !ok || fh.Op != wire.OpProduce || fh.Flags&wire.FlagResponse != 0 {
+		return false
+	}
+	corr := fh.Corr
 	var m wire.Produce
 	hl, err := m.DecodeHeader(head[wire.HeaderSize:])
 	if err != nil {

@@ -36,6 +36,7 @@ const (
 	batchLengthOffset = 8
 	batchCRCOffset    = 12
 	batchCRCStart     = 16
+	batchMagicOffset  = 16
 	batchPrefix       = 12 // base offset + batch length: what batch length does not count
 
 	// minRecordSize is the smallest encoded record: five one-byte fields.
@@ -83,8 +84,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Checksum is the CRC-32C of b, the checksum used by record batches.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// Batch is a parsed batch header plus its records section, which aliases the input.
-type Batch struct {
+// BatchHeader is the fixed part of a batch, decoded by PeekBatchHeader without the CRC check:
+// what a reader needs to walk batches in a segment file or a FETCH answer, and to index them.
+type BatchHeader struct {
 	BaseOffset     int64
 	Length         uint32 // batch length field: bytes after it
 	CRC            uint32
@@ -93,23 +95,71 @@ type Batch struct {
 	RecordCount    uint32
 	FirstTimestamp int64
 	MaxTimestamp   int64
-	RecordsSize    uint32 // decompressed size of Records
-	Records        []byte // stored records section (compressed when Codec() != CodecNone)
+	RecordsSize    uint32 // decompressed size of the records section
 }
 
 // Codec is the batch's compression codec.
-func (b *Batch) Codec() Codec { return Codec(b.Attributes & codecMask) }
+func (h *BatchHeader) Codec() Codec { return Codec(h.Attributes & codecMask) }
 
 // Size is the batch's total encoded size.
-func (b *Batch) Size() int { return int(b.Length) + batchPrefix }
+func (h *BatchHeader) Size() int { return int(h.Length) + batchPrefix }
+
+// NextOffset is the offset after the batch's last record.
+func (h *BatchHeader) NextOffset() int64 { return h.BaseOffset + int64(h.RecordCount) }
+
+// Batch is a parsed batch header plus its records section, which aliases the input.
+type Batch struct {
+	BatchHeader
+	Records []byte // stored records section (compressed when Codec() != CodecNone)
+}
 
 // BatchSize reads the total size of the batch that starts at b from its length field. It
-// returns 0 when b holds fewer than 12 bytes.
+// returns 0 when b holds fewer than 12 bytes. It checks nothing else: PeekBatchHeader does.
 func BatchSize(b []byte) int {
 	if len(b) < batchPrefix {
 		return 0
 	}
 	return int(binary.BigEndian.Uint32(b[batchLengthOffset:])) + batchPrefix
+}
+
+// PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
+// header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
+// be checked without the records: the magic, the attributes, the reserved field, and a length
+// that covers at least a header. ParseBatch checks the whole batch. It does not allocate.
+//
+// PeekBatchHeader and ParseBatch are the only code that knows the header's byte positions: a
+// new batch magic is taught here, and every reader (broker, log, client) follows.
+func PeekBatchHeader(b []byte) (BatchHeader, error) {
+	if len(b) < BatchHeaderSize {
+		return BatchHeader{}, fmt.Errorf("%w: %d bytes is shorter than a batch header", ErrCorruptBatch, len(b))
+	}
+	switch b[batchMagicOffset] {
+	case BatchMagic:
+	default:
+		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic)
+	}
+	r := NewReader(b[:BatchHeaderSize])
+	h := BatchHeader{
+		BaseOffset: r.I64(),
+		Length:     r.U32(),
+		CRC:        r.U32(),
+		Magic:      r.U8(),
+		Attributes: r.U8(),
+	}
+	reserved := r.U16()
+	h.RecordCount = r.U32()
+	h.FirstTimestamp = r.I64()
+	h.MaxTimestamp = r.I64()
+	h.RecordsSize = r.U32()
+	switch {
+	case h.Size() < BatchHeaderSize:
+		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
+	case h.Attributes&^codecMask != 0 || h.Codec() > CodecZstd:
+		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
+	case reserved != 0:
+		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
+	}
+	return h, nil
 }
 
 // SetBaseOffset rewrites the base offset of the encoded batch b in place. The CRC does not
@@ -124,34 +174,16 @@ func ParseBatch(b []byte, maxSize int) (Batch, error) {
 	if len(b) > maxSize {
 		return Batch{}, fmt.Errorf("%w: %d bytes, limit %d", ErrBatchTooLarge, len(b), maxSize)
 	}
-	if len(b) < BatchHeaderSize {
-		return Batch{}, fmt.Errorf("%w: %d bytes is shorter than a batch header", ErrCorruptBatch, len(b))
+	h, err := PeekBatchHeader(b)
+	if err != nil {
+		return Batch{}, err
 	}
-	r := NewReader(b)
-	bt := Batch{
-		BaseOffset: r.I64(),
-		Length:     r.U32(),
-		CRC:        r.U32(),
-		Magic:      r.U8(),
-		Attributes: r.U8(),
-	}
-	reserved := r.U16()
-	bt.RecordCount = r.U32()
-	bt.FirstTimestamp = r.I64()
-	bt.MaxTimestamp = r.I64()
-	bt.RecordsSize = r.U32()
-	bt.Records = r.Rest()
+	bt := Batch{BatchHeader: h, Records: b[BatchHeaderSize:]}
 	switch {
-	case int(bt.Length)+batchPrefix != len(b):
+	case bt.Size() != len(b):
 		return Batch{}, fmt.Errorf("%w: batch length field %d, but %d bytes follow it", ErrCorruptBatch, bt.Length, len(b)-batchPrefix)
 	case Checksum(b[batchCRCStart:]) != bt.CRC:
 		return Batch{}, fmt.Errorf("%w: CRC-32C mismatch (stored %08x, computed %08x)", ErrCorruptBatch, bt.CRC, Checksum(b[batchCRCStart:]))
-	case bt.Magic != BatchMagic:
-		return Batch{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, bt.Magic, BatchMagic)
-	case bt.Attributes&^codecMask != 0 || bt.Codec() > CodecZstd:
-		return Batch{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, bt.Attributes)
-	case reserved != 0:
-		return Batch{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
 	case bt.RecordCount == 0:
 		return Batch{}, fmt.Errorf("%w: batch holds no records", ErrCorruptBatch)
 	case uint64(bt.RecordsSize) > uint64(maxSize) || uint64(bt.RecordCount)*minRecordSize > uint64(bt.RecordsSize):
@@ -363,7 +395,7 @@ func (b *BatchBuilder) Finish(codec Codec, c *Compressor) ([]byte, error) {
 	h := out[:BatchHeaderSize]
 	binary.BigEndian.PutUint64(h[0:], 0)
 	binary.BigEndian.PutUint32(h[batchLengthOffset:], uint32(len(out)-batchPrefix))
-	h[16], h[17], h[18], h[19] = BatchMagic, byte(codec), 0, 0
+	h[batchMagicOffset], h[17], h[18], h[19] = BatchMagic, byte(codec), 0, 0
 	binary.BigEndian.PutUint32(h[20:], b.count)
 	binary.BigEndian.PutUint64(h[24:], uint64(b.firstTS))
 	binary.BigEndian.PutUint64(h[32:], uint64(b.maxTS))

@@ -280,7 +280,7 @@ func TestRecordIterErrors(t *testing.T) {
 			bt, err := wire.ParseBatch(b, 1<<20)
 			if err != nil {
 				// The header checks already refuse it; the iterator must too.
-				bt = wire.Batch{RecordCount: tt.count, Records: tt.section}
+				bt = wire.Batch{BatchHeader: wire.BatchHeader{RecordCount: tt.count}, Records: tt.section}
 			}
 			it := wire.NewRecordIter(bt.Records, bt.RecordCount, 0, 0)
 			var r wire.Record
@@ -464,5 +464,44 @@ func TestPartitionForKey(t *testing.T) {
 func TestBatchSizeShortInput(t *testing.T) {
 	if n := wire.BatchSize(make([]byte, 11)); n != 0 {
 		t.Fatalf("BatchSize of 11 bytes = %d, want 0", n)
+	}
+}
+
+// PeekBatchHeader reads the header from the header's bytes alone, agrees with ParseBatch, and
+// refuses what no batch of any known magic can be.
+func TestPeekBatchHeader(t *testing.T) {
+	b := buildBatch(t, varietyRecords(), wire.CodecNone, nil)
+	wire.SetBaseOffset(b, 77)
+	full, err := wire.ParseBatch(b, len(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := wire.PeekBatchHeader(b[:wire.BatchHeaderSize])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != full.BatchHeader {
+		t.Fatalf("peek %+v, parse %+v", h, full.BatchHeader)
+	}
+	if h.Size() != len(b) || h.NextOffset() != 77+int64(len(varietyRecords())) {
+		t.Fatalf("size %d next %d", h.Size(), h.NextOffset())
+	}
+	for _, tt := range []struct {
+		name   string
+		mangle func(b []byte) []byte
+	}{
+		{"short", func(b []byte) []byte { return b[:wire.BatchHeaderSize-1] }},
+		{"magic", func(b []byte) []byte { b[16] = 9; return b }},
+		{"attributes", func(b []byte) []byte { b[17] = 0x40; return b }},
+		{"codec", func(b []byte) []byte { b[17] = 7; return b }},
+		{"reserved", func(b []byte) []byte { b[19] = 1; return b }},
+		{"length", func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 3); return b }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.mangle(append([]byte(nil), b[:wire.BatchHeaderSize]...))
+			if _, err := wire.PeekBatchHeader(c); !errors.Is(err, wire.ErrCorruptBatch) {
+				t.Fatalf("err %v, want ErrCorruptBatch", err)
+			}
+		})
 	}
 }

@@ -159,20 +159,33 @@ func FrameSize(b []byte, maxFrame int) (int, error) {
 	return int(length) + 4, nil
 }
 
+// PeekHeader decodes the header at the start of b, which must hold at least HeaderSize bytes;
+// the body may be absent or incomplete. It checks nothing (FrameSize does): it serves readers
+// that decide what to do with a frame before all of it has arrived. It does not allocate.
+func PeekHeader(b []byte) (Header, bool) {
+	if len(b) < HeaderSize {
+		return Header{}, false
+	}
+	return Header{
+		Length:  binary.BigEndian.Uint32(b),
+		Version: b[6],
+		Op:      Op(b[7]),
+		Flags:   binary.BigEndian.Uint16(b[8:]),
+		Corr:    binary.BigEndian.Uint32(b[12:]),
+	}, true
+}
+
+// Size is the whole frame's size, header included.
+func (h Header) Size() int { return int(h.Length) + 4 }
+
 // ParseFrame splits one whole frame (as sized by FrameSize) into header and body. The body
 // aliases frame.
 func ParseFrame(frame []byte) (Header, []byte, error) {
-	if len(frame) < HeaderSize {
+	h, ok := PeekHeader(frame)
+	if !ok {
 		return Header{}, nil, fmt.Errorf("%w: %d bytes is shorter than a header", ErrMalformed, len(frame))
 	}
-	h := Header{
-		Length:  binary.BigEndian.Uint32(frame),
-		Version: frame[6],
-		Op:      Op(frame[7]),
-		Flags:   binary.BigEndian.Uint16(frame[8:]),
-		Corr:    binary.BigEndian.Uint32(frame[12:]),
-	}
-	if int(h.Length)+4 != len(frame) {
+	if h.Size() != len(frame) {
 		return Header{}, nil, fmt.Errorf("%w: length field %d but frame is %d bytes", ErrMalformed, h.Length, len(frame))
 	}
 	return h, frame[HeaderSize:], nil

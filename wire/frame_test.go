@@ -341,3 +341,14 @@ func TestErrorType(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 }
+
+func TestPeekHeader(t *testing.T) {
+	f := wire.AppendFrame(nil, wire.OpProduce, wire.FlagResponse, 0xdeadbeef, []byte("body"))
+	h, ok := wire.PeekHeader(f[:wire.HeaderSize])
+	if !ok || h.Op != wire.OpProduce || h.Flags != wire.FlagResponse || h.Corr != 0xdeadbeef || h.Size() != len(f) || h.BodyLen() != 4 {
+		t.Fatalf("PeekHeader = %+v, %v", h, ok)
+	}
+	if _, ok := wire.PeekHeader(f[:wire.HeaderSize-1]); ok {
+		t.Fatal("PeekHeader accepted a short header")
+	}
+}
