@@ -5,7 +5,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 PKGS      := ./...
 
-.PHONY: all build run test unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare crash soak build-386 clean
+.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare crash soak build-386 clean
 
 all: build
 
@@ -19,6 +19,12 @@ run:
 # The whole default suite: formatting, vet, staticcheck, a 32-bit build, every test under the
 # race detector, and a short run of every fuzz target.
 test: lint build-386 race fuzz-short
+
+# make test RUNS times in a row (default 3) while stress-ng keeps every CPU busy (installed from
+# Debian's packages when missing): the suite must not depend on an idle machine.
+RUNS ?= 3
+test-loaded:
+	RUNS=$(RUNS) ./tools/test-loaded.sh
 
 unit:
 	$(GO) test -count=1 $(PKGS)
