@@ -387,7 +387,7 @@ func (c *conn) release() { c.paused = false }
 // requests keep their order. The delay (a failed login's penalty) holds no worker.
 func (c *conn) runBackground(corr uint32, job func() (func(*conn), time.Duration)) {
 	c.hold()
-	ok := c.srv.pool.Submit(func() {
+	ok := c.srv.authPool.Submit(func() {
 		done, delay := job()
 		finish := func() {
 			c.complete(func(c *conn) {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/workpool"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -60,9 +61,9 @@ type Server struct {
 	meta     *meta.Store
 	verifier *auth.Verifier
 	throttle *auth.Throttle
-	pool     *auth.Pool       // credential checks and topic changes
-	ioPool   *auth.Pool       // cold FETCH reads and prefetch
-	metaPool *auth.Pool       // offset commits and LIST_OFFSETS by time
+	authPool *workpool.Pool   // credential checks and topic changes (Config.AuthPool)
+	ioPool   *workpool.Pool   // cold FETCH reads and prefetch (Config.IOPool)
+	metaPool *workpool.Pool   // offset commits and LIST_OFFSETS by time (Config.MetaPool)
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
 
@@ -159,9 +160,9 @@ func (s *Server) loadTopics(st meta.State) {
 
 // Start listens and serves in the background. It returns once the listener is ready.
 func (s *Server) Start() error {
-	s.pool = auth.NewPool(s.cfg.AuthWorkers, s.cfg.AuthQueue)
-	s.ioPool = auth.NewPool(4, 4096)
-	s.metaPool = auth.NewPool(2, 4096)
+	s.authPool = workpool.New(s.cfg.AuthPool.Workers, s.cfg.AuthPool.Queue)
+	s.ioPool = workpool.New(s.cfg.IOPool.Workers, s.cfg.IOPool.Queue)
+	s.metaPool = workpool.New(s.cfg.MetaPool.Workers, s.cfg.MetaPool.Queue)
 	w, err := newWritableWatcher()
 	if err != nil {
 		return err
@@ -188,7 +189,7 @@ func (s *Server) Start() error {
 		s.eng = eng
 		go s.runTicker()
 	case <-s.done:
-		s.pool.Close()
+		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()
@@ -268,7 +269,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 			<-s.done
 		}
-		s.pool.Close()
+		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()
