@@ -9,7 +9,7 @@ import (
 )
 
 // topic is a live topic. Its immutable fields are set at creation; mu guards the partitions'
-// subscriber tables. Lock order: Server.adminMu, topic.mu, group.mu, then ring locks.
+// subscriber tables. Lock order: see the package doc (doc.go).
 type topic struct {
 	name    string
 	kind    wire.Kind
@@ -34,15 +34,16 @@ type partition struct {
 	// read it without locks. waiterCount (under topic.mu) is the source it is rebuilt from.
 	wakers      atomic.Pointer[[]*conn]
 	waiterCount map[*conn]int
-	groups      map[string]*group // under topic.mu
+	queueGroups map[string]*queueGroup // under topic.mu
 }
 
-// group is a queue group's shared position in one partition: members claim batches from it,
-// so each batch goes to one member.
-type group struct {
+// queueGroup is a queue group's shared position in one partition: members claim batches from
+// it, so each batch goes to one member. (Not a consumer group: those are named in
+// COMMIT_OFFSET and live in offsetStore.)
+type queueGroup struct {
 	mu      sync.Mutex
 	seq     uint64 // next batch to claim
-	nextMsg uint64 // message the group expects next; a gap is reported as dropped
+	nextMsg uint64 // message the queue group expects next; a gap is reported as dropped
 	members int    // under topic.mu
 }
 
@@ -56,7 +57,7 @@ type topicStats struct {
 func newTopic(name string, kind wire.Kind, user string, options []wire.Option, partitions int, ringBytes, ringSlots int) *topic {
 	t := &topic{name: name, kind: kind, user: user, options: options}
 	for i := 0; i < partitions; i++ {
-		p := &partition{id: uint32(i), waiterCount: map[*conn]int{}, groups: map[string]*group{}}
+		p := &partition{id: uint32(i), waiterCount: map[*conn]int{}, queueGroups: map[string]*queueGroup{}}
 		if kind == wire.KindTransient {
 			p.ring = ring.New(ringBytes, ringSlots)
 		}
