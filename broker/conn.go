@@ -356,11 +356,6 @@ func (c *conn) sendError(corr uint32, code wire.Code, msg string) {
 	}
 }
 
-func errorBody(code wire.Code, msg string) []byte {
-	eb := wire.ErrorBody{Code: code, Message: msg}
-	return eb.AppendTo(nil)
-}
-
 // flush writes the queued responses. It returns false when the connection closed under us.
 func (c *conn) flush() bool {
 	if c.closed {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -165,4 +166,14 @@ func (t *topic) metadata() wire.TopicMetadata {
 		md.Partitions = append(md.Partitions, pm)
 	}
 	return md
+}
+
+// sortedTopics lists a topic table in name order (METADATA and STATS answer in it).
+func sortedTopics(m map[string]*topic) []*topic {
+	out := make([]*topic, 0, len(m))
+	for _, t := range m {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }
