@@ -1,24 +1,3 @@
-// Package broker is the LightQ broker: it accepts connections on gnet event loops, speaks the
-// protocol of package wire, keeps transient topics in per-partition rings (package ring) and
-// persists topics and credentials through package meta.
-//
-// Threading model (see docs/DESIGN.md): every connection lives on one gnet event loop, and all
-// of its protocol state is touched only there. Work that can block (argon2 credential checks,
-// metadata fsyncs) runs on a bounded worker pool; its result comes back to the connection's
-// loop through conn.complete, which queues it and wakes the loop. Producers append to a
-// partition's ring on their own loop and wake the loops of the subscribers, which then copy
-// from the ring to their sockets. Lock order: Server.adminMu, topic.mu, group.mu, the ring's
-// locks; conn.mu is a leaf.
-//
-// Example:
-//
-//	cfg := broker.DefaultConfig()
-//	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
-//	srv, err := broker.New(cfg)
-//	if err != nil { ... }
-//	if err := srv.Start(); err != nil { ... }
-//	defer srv.Shutdown(context.Background())
-//	fmt.Println(srv.Addr())
 package broker
 
 import (
@@ -79,7 +58,7 @@ type Server struct {
 	booted   chan gnet.Engine
 	done     chan struct{} // closed when gnet.Run returns; runErr is set before
 	runErr   error
-	addr     string
+	addr     atomic.Pointer[string] // set by Start once listening; read by Addr from any goroutine
 	stopping atomic.Bool
 	stopOnce sync.Once
 
@@ -199,13 +178,19 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	s.addr = addr
+	s.addr.Store(&addr)
 	s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version).Msg("lightq listening")
 	return nil
 }
 
-// Addr is the address the broker listens on (with the real port when Config.Addr said 0).
-func (s *Server) Addr() string { return s.addr }
+// Addr is the address the broker listens on (with the real port when Config.Addr said 0), or
+// "" before Start has the listener. Safe for concurrent use, also with Start.
+func (s *Server) Addr() string {
+	if a := s.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
 
 // Wait blocks until the event loops stop and returns why.
 func (s *Server) Wait() error {

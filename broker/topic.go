@@ -24,11 +24,15 @@ type topic struct {
 	mu sync.Mutex
 }
 
-// partition is one transient partition: its ring and who to wake when it grows.
+// partition is one partition of a topic: its ring (transient) or log (durable), and who to
+// wake when it grows.
 type partition struct {
 	id   uint32
 	ring *ring.Ring   // transient topics
 	dlog *durablePart // durable topics
+	// logf reports the log's and the syncer's warnings, tagged with topic and partition.
+	// Set once by openDurable before the topic is published, then only read (by the
+	// partition's syncer); nil for a transient partition.
 	logf func(format string, args ...any)
 
 	// wakers is the copy-on-write list of connections with a subscription here; producers
@@ -42,10 +46,10 @@ type partition struct {
 // it, so each batch goes to one member. (Not a consumer group: those are named in
 // COMMIT_OFFSET and live in offsetStore.)
 type queueGroup struct {
-	mu      sync.Mutex
-	seq     uint64 // next batch to claim
-	nextMsg uint64 // message the queue group expects next; a gap is reported as dropped
-	members int    // under topic.mu
+	mu      sync.Mutex // guards seq and nextMsg: members on different loops claim batches
+	seq     uint64     // next batch to claim
+	nextMsg uint64     // message the queue group expects next; a gap is reported as dropped
+	members int        // under topic.mu
 }
 
 // topicStats are the counters STATS reports, the original LightQ's plus drop counts.
