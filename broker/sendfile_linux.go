@@ -39,7 +39,7 @@ func (c *conn) pumpTransfer() xferState {
 	sock := c.gc.Fd()
 	if c.gc.OutboundBuffered() > 0 {
 		_ = c.gc.Flush()
-		if c.closed {
+		if c.closed() {
 			return xferFailed
 		}
 		if c.gc.OutboundBuffered() > 0 {

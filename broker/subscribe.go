@@ -170,7 +170,7 @@ func (c *conn) deliver() {
 			if !c.deliverOne(s) {
 				break
 			}
-			if c.closed {
+			if c.closed() {
 				return
 			}
 		}
@@ -228,8 +228,8 @@ func (c *conn) deliverFrom(s *subscription, cur *cursor) bool {
 // released.
 func (c *conn) afterWrite() {
 	c.inWrite = false
-	if c.closeDeferred {
-		c.closeDeferred = false
+	if c.life == connCloseDeferred {
+		c.advance(connClosed)
 		c.finishClose()
 	}
 }
