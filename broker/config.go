@@ -16,7 +16,7 @@ const DefaultAddr = "127.0.0.1:7450"
 // Config configures a Server. Start from DefaultConfig and change what you need.
 type Config struct {
 	Addr    string // host:port to listen on; port 0 picks a free port (see Server.Addr)
-	DataDir string // metadata, credentials and (later) durable logs live here
+	DataDir string // metadata, credentials, durable topics' logs and committed offsets live here
 
 	// AdminUser and AdminPassword set the admin credentials. When the password is empty and
 	// the data directory holds no admin yet, the broker generates one and writes it to

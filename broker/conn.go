@@ -308,7 +308,7 @@ func (c *conn) readFrames() {
 	if c.refused {
 		// Nothing after the refused PRODUCE is processed (the closing SHUTTING_DOWN says
 		// so); dropping it keeps the input bounded until then.
-		_, _ = c.gc.Discard(c.gc.InboundBuffered())
+		c.discard(c.gc.InboundBuffered())
 		return
 	}
 	for !c.paused && !c.failing() && !c.refused && c.xfer == nil {
@@ -349,7 +349,7 @@ func (c *conn) readFrames() {
 			return
 		}
 		c.handle(h, body)
-		_, _ = c.gc.Discard(size)
+		c.discard(size)
 	}
 	// Input is kept while frames are not read, and gnet keeps reading: bound it.
 	if (c.paused || c.readBlocked) && !c.failing() {
@@ -399,6 +399,8 @@ func (c *conn) flush() bool {
 		return false
 	}
 	if len(c.out) > 0 {
+		// gnet copies what the socket does not take; a write error closes the connection,
+		// with OnClose run inside Write, which c.closed() below reports.
 		_, _ = c.gc.Write(c.out)
 		if cap(c.out) > 1<<20 {
 			c.out = nil // do not keep a large buffer for an idle connection
@@ -408,6 +410,10 @@ func (c *conn) flush() bool {
 	}
 	return !c.closed()
 }
+
+// discard drops n bytes of input. gnet's Discard cannot fail: it drops at most what is
+// buffered and returns no error.
+func (c *conn) discard(n int) { _, _ = c.gc.Discard(n) }
 
 // hold pauses frame processing while a background job runs; release resumes it.
 func (c *conn) hold() { c.paused = true }

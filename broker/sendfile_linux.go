@@ -38,7 +38,7 @@ func (c *conn) pumpTransfer() xferState {
 	}
 	sock := c.gc.Fd()
 	if c.gc.OutboundBuffered() > 0 {
-		_ = c.gc.Flush()
+		_ = c.gc.Flush() // returns nil even when it failed and closed the connection: check closed()
 		if c.closed() {
 			return xferFailed
 		}

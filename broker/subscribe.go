@@ -242,6 +242,8 @@ func (c *conn) writeDeliver(s *subscription, cur *cursor, batch []byte, count ui
 	wire.PutDeliverHeader(hdr[wire.HeaderSize:], cur.part.id, dropped)
 	c.iov = append(c.iov[:0], hdr, batch)
 	c.inWrite = true // see onClose
+	// A write error closes the connection, OnClose running inside Writev: deliver checks
+	// closed() after, and afterWrite finishes the close.
 	_, _ = c.gc.Writev(c.iov)
 	c.iov[1] = nil // do not keep the ring memory reachable from here
 	s.credit -= int64(len(batch))

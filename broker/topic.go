@@ -9,8 +9,8 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// topic is a live topic. Its immutable fields are set at creation; mu guards the partitions'
-// subscriber tables. Lock order: see the package doc (doc.go).
+// topic is a live topic, transient or durable. Its immutable fields are set at creation; mu
+// guards the partitions' subscriber tables and queue groups (lock order: see doc.go).
 type topic struct {
 	name    string
 	kind    wire.Kind
@@ -112,7 +112,7 @@ func (t *topic) ringMemory() int64 {
 	return n
 }
 
-// queueSize is the number of messages held in the topic's rings.
+// queueSize is the number of messages held in the topic's rings or logs.
 func (t *topic) queueSize() uint64 {
 	var n uint64
 	for _, p := range t.parts {
