@@ -420,10 +420,11 @@ func (c *conn) hold() { c.paused = true }
 
 func (c *conn) release() { c.paused = false }
 
-// runBackground runs job on the worker pool, then, after the delay it returns, the function it
-// returns on the connection's loop. The connection reads no further frames meanwhile, so
-// requests keep their order. The delay (a failed login's penalty) holds no worker.
-func (c *conn) runBackground(corr uint32, job func() (func(*conn), time.Duration)) {
+// runBackground runs job, the work of request op, on the auth pool, then, after the delay it
+// returns, the function it returns on the connection's loop. The connection reads no further
+// frames meanwhile, so requests keep their order. The delay (a failed login's penalty) holds
+// no worker. When the pool's queue is full, op is refused with RESOURCE_LIMIT.
+func (c *conn) runBackground(corr uint32, op wire.Op, job func() (func(*conn), time.Duration)) {
 	c.hold()
 	ok := c.srv.authPool.Submit(func() {
 		done, delay := job()
@@ -441,7 +442,7 @@ func (c *conn) runBackground(corr uint32, job func() (func(*conn), time.Duration
 	})
 	if !ok {
 		c.release()
-		c.sendError(corr, wire.CodeResourceLimit, "broker is busy checking credentials; retry")
+		c.sendError(corr, wire.CodeResourceLimit, op.String()+" refused: the broker is busy with logins and topic changes; retry")
 	}
 }
 

@@ -93,7 +93,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 	if !known {
 		hash = s.dummyHash // an unknown user costs as much as a wrong password
 	}
-	c.runBackground(corr, func() (func(*conn), time.Duration) {
+	c.runBackground(corr, wire.OpAuth, func() (func(*conn), time.Duration) {
 		ok := s.verifier.Check(m.User, hash, m.Password) && known
 		var delay time.Duration
 		if !ok {

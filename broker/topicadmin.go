@@ -24,7 +24,7 @@ func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 		return
 	}
 	s := c.srv
-	c.runBackground(corr, func() (func(*conn), time.Duration) {
+	c.runBackground(corr, wire.OpCreateTopic, func() (func(*conn), time.Duration) {
 		err := s.createTopic(&m)
 		return func(c *conn) {
 			c.reply(corr, err, func() {
@@ -192,7 +192,7 @@ func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
 		return
 	}
 	s := c.srv
-	c.runBackground(corr, func() (func(*conn), time.Duration) {
+	c.runBackground(corr, wire.OpDeleteTopic, func() (func(*conn), time.Duration) {
 		err := s.deleteTopic(m.Name)
 		return func(c *conn) {
 			c.reply(corr, err, func() {
