@@ -62,7 +62,7 @@ type Server struct {
 	stopping atomic.Bool
 	stopOnce sync.Once
 
-	connsMu   sync.Mutex
+	connsMu   sync.Mutex          // guards the four sets below; a leaf (see doc.go)
 	conns     map[*conn]struct{}  // every open connection, for shutdown
 	stalled   map[*conn]struct{}  // connections waiting for their socket to drain
 	preauth   map[*conn]time.Time // unauthenticated connections and their deadlines
