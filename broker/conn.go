@@ -149,6 +149,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 		remote:       remote,
 		log:          s.log.With().Str("remote", gc.RemoteAddr().String()).Logger(),
 		authDeadline: time.Now().Add(s.cfg.Limits.AuthTimeout),
+		life:         connOpen,
 		iov:          make([][]byte, 0, 2),
 	}
 }
