@@ -16,7 +16,7 @@ const DefaultAddr = "127.0.0.1:7450"
 // Config configures a Server. Start from DefaultConfig and change what you need.
 type Config struct {
 	Addr    string // host:port to listen on; port 0 picks a free port (see Server.Addr)
-	DataDir string // metadata, credentials and (later) durable logs live here
+	DataDir string // metadata, credentials, durable topics' logs and committed offsets live here
 
 	// AdminUser and AdminPassword set the admin credentials. When the password is empty and
 	// the data directory holds no admin yet, the broker generates one and writes it to
@@ -51,11 +51,23 @@ type Config struct {
 	FetchCopy bool
 
 	MaxSubscriptionsPerConn int
-	AuthWorkers             int // concurrent argon2 computations (each uses HashParams memory)
-	AuthQueue               int // pending credential checks before RESOURCE_LIMIT
 	ShutdownDrain           time.Duration
 
+	// The worker pools run what would block an event loop. A request that finds its pool's
+	// queue full is answered RESOURCE_LIMIT (retry later).
+	// AuthPool runs AUTH, CREATE_TOPIC and DELETE_TOPIC: argon2 (each run uses HashParams
+	// memory) and metadata fsyncs.
+	AuthPool PoolSize
+	IOPool   PoolSize // FETCH of data that may not be in the page cache: reads and prefetch
+	MetaPool PoolSize // COMMIT_OFFSET (an fsync each) and LIST_OFFSETS by timestamp
+
 	Logger zerolog.Logger
+}
+
+// PoolSize sizes one worker pool (see package workpool).
+type PoolSize struct {
+	Workers int // goroutines running jobs; at least 1
+	Queue   int // jobs waiting for a worker before new ones are refused; at least 1
 }
 
 // DefaultConfig returns a configuration that listens on DefaultAddr with ./data.
@@ -72,8 +84,9 @@ func DefaultConfig() Config {
 		RingSlots:               1024,
 		MaxRingMemory:           4 << 30,
 		MaxSubscriptionsPerConn: 1024,
-		AuthWorkers:             2,
-		AuthQueue:               256,
+		AuthPool:                PoolSize{Workers: 2, Queue: 256},
+		IOPool:                  PoolSize{Workers: 4, Queue: 4096},
+		MetaPool:                PoolSize{Workers: 2, Queue: 4096},
 		ShutdownDrain:           2 * time.Second,
 		TransferTimeout:         time.Minute,
 		Logger:                  zerolog.Nop(),
@@ -102,10 +115,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ring slots must be at least 2")
 	case c.ReadBufferCap < 4096:
 		return fmt.Errorf("read buffer cap below 4 KiB")
-	case c.AuthWorkers < 1 || c.AuthQueue < 1:
-		return fmt.Errorf("auth workers and queue must be at least 1")
+	case !c.AuthPool.valid():
+		return fmt.Errorf("auth pool workers and queue must be at least 1")
+	case !c.IOPool.valid():
+		return fmt.Errorf("I/O pool workers and queue must be at least 1")
+	case !c.MetaPool.valid():
+		return fmt.Errorf("meta pool workers and queue must be at least 1")
 	case c.MaxSubscriptionsPerConn < 1:
 		return fmt.Errorf("max subscriptions per connection must be at least 1")
 	}
 	return nil
 }
+
+func (p PoolSize) valid() bool { return p.Workers >= 1 && p.Queue >= 1 }

@@ -24,6 +24,45 @@ func (p *principal) mayUse(t *topic) bool {
 	return p != nil && (p.admin || p.user == t.user)
 }
 
+// lifeState is where a connection is in its life. It only moves forward (conn.advance):
+//
+//	connOpen ──a fatal error queued (sendError)──▶ connFailing
+//	connOpen, connFailing ──OnClose──▶ connClosed
+//	connOpen, connFailing ──OnClose inside a DELIVER writev──▶ connCloseDeferred
+//	connCloseDeferred ──the writev returned, ring slot released (afterWrite)──▶ connClosed
+//
+// It belongs to the connection's loop. conn.dead, under conn.mu, is the part of the close
+// other goroutines see.
+type lifeState uint8
+
+const (
+	connOpen lifeState = iota // serving requests
+	// connFailing: an error that closes the connection was queued. No more input is read;
+	// the output is flushed, then the connection closes.
+	connFailing
+	// connCloseDeferred: OnClose ran inside a DELIVER writev, under a ring slot's read lock,
+	// where releasing subscriptions would invert the lock order. gc must not be touched;
+	// afterWrite finishes the close once the slot is released.
+	connCloseDeferred
+	// connClosed: OnClose ran and finishClose released (or is releasing) what the connection
+	// held. gc must not be touched; completions that still run release what they hold.
+	connClosed
+)
+
+// advance moves the connection's state forward to s; a state it has passed stays passed.
+func (c *conn) advance(s lifeState) {
+	if s > c.life {
+		c.life = s
+	}
+}
+
+// failing reports whether the connection takes no more input: a fatal error is queued or it
+// closed.
+func (c *conn) failing() bool { return c.life >= connFailing }
+
+// closed reports whether OnClose ran: stop touching gc.
+func (c *conn) closed() bool { return c.life >= connCloseDeferred }
+
 // conn is the protocol state of one client connection. Every field without a comment saying
 // otherwise belongs to the connection's event loop and is touched only there.
 type conn struct {
@@ -35,9 +74,8 @@ type conn struct {
 	helloDone    bool
 	principal    *principal
 	authDeadline time.Time
-	paused       bool // a request that holds the connection (AUTH, CREATE_TOPIC, ...) is running
-	closed       bool // OnClose ran: stop touching gc
-	fatal        bool // an error that closes the connection was queued
+	paused       bool      // a request that holds the connection (AUTH, CREATE_TOPIC, ...) is running
+	life         lifeState // open, failing, closed (see lifeState)
 
 	// durableWaits counts this connection's PRODUCE acks waiting for an fsync (queued with
 	// durablePart.waitDurable, answered through queueAck). A draining connection stays open
@@ -76,7 +114,6 @@ type conn struct {
 	xferBlocked    bool         // a copied transfer stopped at the high-water mark
 	inWrite        bool         // a DELIVER writev is in progress (OnClose may run inside it)
 	xferProgress   atomic.Int64 // unix ns of the transfer's last progress; read by the ticker
-	closeDeferred  bool         // OnClose ran inside that writev: finish closing after it
 }
 
 // pendingAck is a PRODUCE answer that waited for an fsync.
@@ -112,6 +149,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 		remote:       remote,
 		log:          s.log.With().Str("remote", gc.RemoteAddr().String()).Logger(),
 		authDeadline: time.Now().Add(s.cfg.Limits.AuthTimeout),
+		life:         connOpen,
 		iov:          make([][]byte, 0, 2),
 	}
 }
@@ -128,7 +166,7 @@ func (c *conn) wake() {
 // complete queues fn to run on the connection's loop and wakes it. Safe from any goroutine;
 // background jobs report their results through it. It returns false when the connection has
 // closed: fn will never run, and the caller releases whatever fn would have taken over.
-// Completions queued before the close run during onClose, with c.closed set.
+// Completions queued before the close run during onClose, with c.closed() true.
 func (c *conn) complete(fn func(*conn)) bool {
 	c.mu.Lock()
 	if c.dead {
@@ -150,11 +188,11 @@ func (c *conn) complete(fn func(*conn)) bool {
 func (c *conn) onTraffic() gnet.Action {
 	c.wakePending.Store(false)
 	c.runCompletions()
-	if c.principal == nil && !c.fatal && time.Now().After(c.authDeadline) {
+	if c.principal == nil && !c.failing() && time.Now().After(c.authDeadline) {
 		c.sendError(0, wire.CodeAuthTimeout, "no successful AUTH within "+c.srv.cfg.Limits.AuthTimeout.String())
 	}
 	act := c.turn()
-	if act != gnet.None || c.closed {
+	if act != gnet.None || c.closed() {
 		return act
 	}
 	if c.xfer != nil && c.gc.InboundBuffered() > c.inputBound() {
@@ -203,18 +241,18 @@ func (c *conn) turn() gnet.Action {
 			c.wakeNow() // more may be waiting: continue on the next wake
 			return gnet.None
 		}
-		if !c.fatal {
+		if !c.failing() {
 			c.readFrames()
 		}
 		if c.xfer != nil || len(c.ready) > 0 {
 			continue
 		}
-		if !c.flush() || c.fatal {
+		if !c.flush() || c.failing() {
 			return gnet.Close
 		}
 		if c.principal != nil {
 			c.deliver()
-			if c.closed {
+			if c.closed() {
 				return gnet.None
 			}
 			c.serviceFetches()
@@ -271,10 +309,10 @@ func (c *conn) readFrames() {
 	if c.refused {
 		// Nothing after the refused PRODUCE is processed (the closing SHUTTING_DOWN says
 		// so); dropping it keeps the input bounded until then.
-		_, _ = c.gc.Discard(c.gc.InboundBuffered())
+		c.discard(c.gc.InboundBuffered())
 		return
 	}
-	for !c.paused && !c.fatal && !c.refused && c.xfer == nil {
+	for !c.paused && !c.failing() && !c.refused && c.xfer == nil {
 		buffered := c.gc.InboundBuffered()
 		if buffered == 0 {
 			return
@@ -312,10 +350,10 @@ func (c *conn) readFrames() {
 			return
 		}
 		c.handle(h, body)
-		_, _ = c.gc.Discard(size)
+		c.discard(size)
 	}
 	// Input is kept while frames are not read, and gnet keeps reading: bound it.
-	if (c.paused || c.readBlocked) && !c.fatal {
+	if (c.paused || c.readBlocked) && !c.failing() {
 		if n, bound := c.gc.InboundBuffered(), c.inputBound(); n > bound {
 			c.sendError(0, wire.CodeTooMuchInput, fmt.Sprintf("%d bytes sent while the broker could not take requests (limit %d)", n, bound))
 		}
@@ -352,21 +390,18 @@ func (c *conn) respondEmpty(op wire.Op, corr uint32) {
 func (c *conn) sendError(corr uint32, code wire.Code, msg string) {
 	c.out = wire.AppendFrame(c.out, wire.OpError, 0, corr, errorBody(code, msg))
 	if code.Fatal() {
-		c.fatal = true
+		c.advance(connFailing)
 	}
-}
-
-func errorBody(code wire.Code, msg string) []byte {
-	eb := wire.ErrorBody{Code: code, Message: msg}
-	return eb.AppendTo(nil)
 }
 
 // flush writes the queued responses. It returns false when the connection closed under us.
 func (c *conn) flush() bool {
-	if c.closed {
+	if c.closed() {
 		return false
 	}
 	if len(c.out) > 0 {
+		// gnet copies what the socket does not take; a write error closes the connection,
+		// with OnClose run inside Write, which c.closed() below reports.
 		_, _ = c.gc.Write(c.out)
 		if cap(c.out) > 1<<20 {
 			c.out = nil // do not keep a large buffer for an idle connection
@@ -374,20 +409,25 @@ func (c *conn) flush() bool {
 			c.out = c.out[:0]
 		}
 	}
-	return !c.closed
+	return !c.closed()
 }
+
+// discard drops n bytes of input. gnet's Discard cannot fail: it drops at most what is
+// buffered and returns no error.
+func (c *conn) discard(n int) { _, _ = c.gc.Discard(n) }
 
 // hold pauses frame processing while a background job runs; release resumes it.
 func (c *conn) hold() { c.paused = true }
 
 func (c *conn) release() { c.paused = false }
 
-// runBackground runs job on the worker pool, then, after the delay it returns, the function it
-// returns on the connection's loop. The connection reads no further frames meanwhile, so
-// requests keep their order. The delay (a failed login's penalty) holds no worker.
-func (c *conn) runBackground(corr uint32, job func() (func(*conn), time.Duration)) {
+// runBackground runs job, the work of request op, on the auth pool, then, after the delay it
+// returns, the function it returns on the connection's loop. The connection reads no further
+// frames meanwhile, so requests keep their order. The delay (a failed login's penalty) holds
+// no worker. When the pool's queue is full, op is refused with RESOURCE_LIMIT.
+func (c *conn) runBackground(corr uint32, op wire.Op, job func() (func(*conn), time.Duration)) {
 	c.hold()
-	ok := c.srv.pool.Submit(func() {
+	ok := c.srv.authPool.Submit(func() {
 		done, delay := job()
 		finish := func() {
 			c.complete(func(c *conn) {
@@ -403,7 +443,7 @@ func (c *conn) runBackground(corr uint32, job func() (func(*conn), time.Duration
 	})
 	if !ok {
 		c.release()
-		c.sendError(corr, wire.CodeResourceLimit, "broker is busy checking credentials; retry")
+		c.sendError(corr, wire.CodeResourceLimit, op.String()+" refused: the broker is busy with logins and topic changes; retry")
 	}
 }
 
@@ -431,13 +471,13 @@ func (c *conn) setStalled(v bool) {
 
 // onClose drops the connection's subscriptions and publisher registrations.
 func (c *conn) onClose() {
-	c.closed = true
 	if c.inWrite {
 		// Inside a DELIVER writev, under a ring slot's read lock: closing takes topic locks,
-		// which would invert the lock order. deliverFrom finishes the close after releasing.
-		c.closeDeferred = true
+		// which would invert the lock order. afterWrite finishes the close after releasing.
+		c.advance(connCloseDeferred)
 		return
 	}
+	c.advance(connClosed)
 	c.finishClose()
 }
 
@@ -450,7 +490,7 @@ func (c *conn) finishClose() {
 	c.completions, c.acks = nil, nil
 	c.mu.Unlock()
 	for _, fn := range fns {
-		fn(c) // with c.closed set: they release what they hold; their output goes nowhere
+		fn(c) // with c.closed() true: they release what they hold; their output goes nowhere
 	}
 	c.endFetches()
 	for _, s := range c.subs {

@@ -159,7 +159,7 @@ func (c *conn) fetchFromWorker(fw *fetchWait) bool {
 		}
 		queued := c.complete(func(c *conn) {
 			c.cold--
-			if c.closed {
+			if c.closed() {
 				chunk.Release()
 				return
 			}

@@ -255,7 +255,7 @@ func (c *rawClient) produce(topic string, partition int32, batch []byte) wire.Pr
 
 func (c *rawClient) subscribe(topic string, partition int32, group string, credit uint32) uint32 {
 	c.t.Helper()
-	m := wire.Subscribe{Topic: topic, Partition: partition, Group: group, Credit: credit}
+	m := wire.Subscribe{Topic: topic, Partition: partition, QueueGroup: group, Credit: credit}
 	corr := c.send(wire.OpSubscribe, m.AppendTo(nil))
 	var resp wire.SubscribeResponse
 	if err := resp.Decode(c.expectResponse(wire.OpSubscribe, corr)); err != nil {

@@ -8,9 +8,11 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// handleProduce stores one batch in a transient partition and wakes its subscribers. It runs
-// on the producer's loop and allocates nothing: the batch is checked in place in gnet's read
-// buffer and copied once, into the ring.
+// handleProduce stores one batch, in a transient partition's ring or a durable partition's
+// log (produceDurable), and wakes the partition's subscribers and waiting fetches. It runs on
+// the producer's loop and allocates nothing: the batch is checked in place in gnet's read
+// buffer and copied once, into the ring or the log's page cache. Most transient batches never
+// get here: produceDirect takes them straight from gnet's buffers.
 func (c *conn) handleProduce(corr uint32, body []byte) {
 	if c.srv.stopping.Load() {
 		// Nothing new is accepted while the broker drains. The refusal closes the
@@ -104,16 +106,16 @@ func (c *conn) produceDirect(size int) bool {
 	}
 
 	// Committed to this path: consume the frame.
-	_, _ = c.gc.Discard(wire.HeaderSize + hl)
+	c.discard(wire.HeaderSize + hl)
 	dst, err := p.ring.Reserve(batchLen)
 	if err != nil { // cannot happen: the size was checked
-		_, _ = c.gc.Discard(batchLen)
+		c.discard(batchLen)
 		c.sendError(corr, wire.CodeInternal, err.Error())
 		return true
 	}
 	if n, err := c.gc.Read(dst); err != nil || n != batchLen {
 		p.ring.Abort()
-		_, _ = c.gc.Discard(batchLen - n)
+		c.discard(batchLen - n)
 		c.sendError(corr, wire.CodeInternal, fmt.Sprintf("read %d of %d buffered batch bytes", n, batchLen))
 		return true
 	}

@@ -38,8 +38,8 @@ func (c *conn) pumpTransfer() xferState {
 	}
 	sock := c.gc.Fd()
 	if c.gc.OutboundBuffered() > 0 {
-		_ = c.gc.Flush()
-		if c.closed {
+		_ = c.gc.Flush() // returns nil even when it failed and closed the connection: check closed()
+		if c.closed() {
 			return xferFailed
 		}
 		if c.gc.OutboundBuffered() > 0 {

@@ -1,24 +1,3 @@
-// Package broker is the LightQ broker: it accepts connections on gnet event loops, speaks the
-// protocol of package wire, keeps transient topics in per-partition rings (package ring) and
-// persists topics and credentials through package meta.
-//
-// Threading model (see docs/DESIGN.md): every connection lives on one gnet event loop, and all
-// of its protocol state is touched only there. Work that can block (argon2 credential checks,
-// metadata fsyncs) runs on a bounded worker pool; its result comes back to the connection's
-// loop through conn.complete, which queues it and wakes the loop. Producers append to a
-// partition's ring on their own loop and wake the loops of the subscribers, which then copy
-// from the ring to their sockets. Lock order: Server.adminMu, topic.mu, group.mu, the ring's
-// locks; conn.mu is a leaf.
-//
-// Example:
-//
-//	cfg := broker.DefaultConfig()
-//	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
-//	srv, err := broker.New(cfg)
-//	if err != nil { ... }
-//	if err := srv.Start(); err != nil { ... }
-//	defer srv.Shutdown(context.Background())
-//	fmt.Println(srv.Addr())
 package broker
 
 import (
@@ -36,6 +15,7 @@ import (
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/workpool"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -60,9 +40,9 @@ type Server struct {
 	meta     *meta.Store
 	verifier *auth.Verifier
 	throttle *auth.Throttle
-	pool     *auth.Pool       // credential checks and topic changes
-	ioPool   *auth.Pool       // cold FETCH reads and prefetch
-	metaPool *auth.Pool       // offset commits and LIST_OFFSETS by time
+	authPool *workpool.Pool   // credential checks and topic changes (Config.AuthPool)
+	ioPool   *workpool.Pool   // cold FETCH reads and prefetch (Config.IOPool)
+	metaPool *workpool.Pool   // offset commits and LIST_OFFSETS by time (Config.MetaPool)
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
 
@@ -78,11 +58,11 @@ type Server struct {
 	booted   chan gnet.Engine
 	done     chan struct{} // closed when gnet.Run returns; runErr is set before
 	runErr   error
-	addr     string
+	addr     atomic.Pointer[string] // set by Start once listening; read by Addr from any goroutine
 	stopping atomic.Bool
 	stopOnce sync.Once
 
-	connsMu   sync.Mutex
+	connsMu   sync.Mutex          // guards the four sets below; a leaf (see doc.go)
 	conns     map[*conn]struct{}  // every open connection, for shutdown
 	stalled   map[*conn]struct{}  // connections waiting for their socket to drain
 	preauth   map[*conn]time.Time // unauthenticated connections and their deadlines
@@ -159,9 +139,9 @@ func (s *Server) loadTopics(st meta.State) {
 
 // Start listens and serves in the background. It returns once the listener is ready.
 func (s *Server) Start() error {
-	s.pool = auth.NewPool(s.cfg.AuthWorkers, s.cfg.AuthQueue)
-	s.ioPool = auth.NewPool(4, 4096)
-	s.metaPool = auth.NewPool(2, 4096)
+	s.authPool = workpool.New(s.cfg.AuthPool.Workers, s.cfg.AuthPool.Queue)
+	s.ioPool = workpool.New(s.cfg.IOPool.Workers, s.cfg.IOPool.Queue)
+	s.metaPool = workpool.New(s.cfg.MetaPool.Workers, s.cfg.MetaPool.Queue)
 	w, err := newWritableWatcher()
 	if err != nil {
 		return err
@@ -188,7 +168,7 @@ func (s *Server) Start() error {
 		s.eng = eng
 		go s.runTicker()
 	case <-s.done:
-		s.pool.Close()
+		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()
@@ -198,13 +178,19 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	s.addr = addr
+	s.addr.Store(&addr)
 	s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version).Msg("lightq listening")
 	return nil
 }
 
-// Addr is the address the broker listens on (with the real port when Config.Addr said 0).
-func (s *Server) Addr() string { return s.addr }
+// Addr is the address the broker listens on (with the real port when Config.Addr said 0), or
+// "" before Start has the listener. Safe for concurrent use, also with Start.
+func (s *Server) Addr() string {
+	if a := s.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
 
 // Wait blocks until the event loops stop and returns why.
 func (s *Server) Wait() error {
@@ -268,7 +254,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 			<-s.done
 		}
-		s.pool.Close()
+		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()

@@ -11,23 +11,23 @@ const maxCredit = 1 << 31
 
 // subscription is one SUBSCRIBE of a connection. It belongs to the connection's loop.
 type subscription struct {
-	id      uint32
-	conn    *conn
-	topic   *topic
-	group   string
-	cursors []*cursor
-	next    int   // cursor to serve first next time, for fairness between partitions
-	credit  int64 // bytes the subscriber will still accept; may go below 0 by one batch
-	ended   bool
+	id         uint32
+	conn       *conn
+	topic      *topic
+	queueGroup string // empty: fan-out
+	cursors    []*cursor
+	next       int   // cursor to serve first next time, for fairness between partitions
+	credit     int64 // bytes the subscriber will still accept; may go below 0 by one batch
+	ended      bool
 }
 
 // cursor is a subscription's position in one partition. For a queue group the position is
-// the group's, shared by its members.
+// the queue group's, shared by its members.
 type cursor struct {
-	part    *partition
-	seq     uint64 // next batch (fan-out only)
-	nextMsg uint64 // next message expected (fan-out only)
-	grp     *group
+	part       *partition
+	seq        uint64      // next batch (fan-out only)
+	nextMsg    uint64      // next message expected (fan-out only)
+	queueGroup *queueGroup // nil: fan-out
 }
 
 func (c *conn) handleSubscribe(corr uint32, body []byte) {
@@ -58,21 +58,21 @@ func (c *conn) handleSubscribe(corr uint32, body []byte) {
 		parts = t.parts[m.Partition : m.Partition+1]
 	}
 	c.nextSubID++
-	s := &subscription{id: c.nextSubID, conn: c, topic: t, group: m.Group, credit: int64(m.Credit)}
+	s := &subscription{id: c.nextSubID, conn: c, topic: t, queueGroup: m.QueueGroup, credit: int64(m.Credit)}
 	t.mu.Lock()
 	for _, p := range parts {
 		cur := &cursor{part: p}
-		if m.Group == "" {
+		if m.QueueGroup == "" {
 			cur.seq, cur.nextMsg = p.ring.End()
 		} else {
-			g := p.groups[m.Group]
+			g := p.queueGroups[m.QueueGroup]
 			if g == nil {
-				g = &group{}
+				g = &queueGroup{}
 				g.seq, g.nextMsg = p.ring.End()
-				p.groups[m.Group] = g
+				p.queueGroups[m.QueueGroup] = g
 			}
 			g.members++
-			cur.grp = g
+			cur.queueGroup = g
 		}
 		p.addWaiter(c)
 		s.cursors = append(s.cursors, cur)
@@ -87,7 +87,7 @@ func (c *conn) handleSubscribe(corr uint32, body []byte) {
 	c.respond(wire.OpSubscribe, corr, resp.AppendTo)
 }
 
-// close unregisters the subscription from its partitions and groups.
+// close unregisters the subscription from its partitions and queue groups.
 func (s *subscription) close() {
 	if s.ended {
 		return
@@ -97,9 +97,9 @@ func (s *subscription) close() {
 	t.mu.Lock()
 	for _, cur := range s.cursors {
 		cur.part.removeWaiter(s.conn)
-		if cur.grp != nil {
-			if cur.grp.members--; cur.grp.members == 0 {
-				delete(cur.part.groups, s.group)
+		if g := cur.queueGroup; g != nil {
+			if g.members--; g.members == 0 {
+				delete(cur.part.queueGroups, s.queueGroup)
 			}
 		}
 	}
@@ -170,7 +170,7 @@ func (c *conn) deliver() {
 			if !c.deliverOne(s) {
 				break
 			}
-			if c.closed {
+			if c.closed() {
 				return
 			}
 		}
@@ -196,7 +196,7 @@ func (c *conn) deliverOne(s *subscription) bool {
 func (c *conn) deliverFrom(s *subscription, cur *cursor) bool {
 	r := cur.part.ring
 	var dropped uint64
-	if cur.grp == nil {
+	if cur.queueGroup == nil {
 		v, ok := r.Acquire(cur.seq)
 		if !ok {
 			return false
@@ -208,7 +208,7 @@ func (c *conn) deliverFrom(s *subscription, cur *cursor) bool {
 		c.afterWrite()
 		return true
 	}
-	g := cur.grp
+	g := cur.queueGroup
 	g.mu.Lock()
 	v, ok := r.Acquire(g.seq)
 	if !ok {
@@ -228,8 +228,8 @@ func (c *conn) deliverFrom(s *subscription, cur *cursor) bool {
 // released.
 func (c *conn) afterWrite() {
 	c.inWrite = false
-	if c.closeDeferred {
-		c.closeDeferred = false
+	if c.life == connCloseDeferred {
+		c.advance(connClosed)
 		c.finishClose()
 	}
 }
@@ -242,6 +242,8 @@ func (c *conn) writeDeliver(s *subscription, cur *cursor, batch []byte, count ui
 	wire.PutDeliverHeader(hdr[wire.HeaderSize:], cur.part.id, dropped)
 	c.iov = append(c.iov[:0], hdr, batch)
 	c.inWrite = true // see onClose
+	// A write error closes the connection, OnClose running inside Writev: deliver checks
+	// closed() after, and afterWrite finishes the close.
 	_, _ = c.gc.Writev(c.iov)
 	c.iov[1] = nil // do not keep the ring memory reachable from here
 	s.credit -= int64(len(batch))
@@ -261,10 +263,10 @@ func (c *conn) hasDeliverable() bool {
 		}
 		for _, cur := range s.cursors {
 			seq := cur.seq
-			if cur.grp != nil {
-				cur.grp.mu.Lock()
-				seq = cur.grp.seq
-				cur.grp.mu.Unlock()
+			if g := cur.queueGroup; g != nil {
+				g.mu.Lock()
+				seq = g.seq
+				g.mu.Unlock()
 			}
 			if seq < cur.part.ring.Head() {
 				return true

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -8,8 +9,8 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// topic is a live topic. Its immutable fields are set at creation; mu guards the partitions'
-// subscriber tables. Lock order: Server.adminMu, topic.mu, group.mu, then ring locks.
+// topic is a live topic, transient or durable. Its immutable fields are set at creation; mu
+// guards the partitions' subscriber tables and queue groups (lock order: see doc.go).
 type topic struct {
 	name    string
 	kind    wire.Kind
@@ -23,27 +24,32 @@ type topic struct {
 	mu sync.Mutex
 }
 
-// partition is one transient partition: its ring and who to wake when it grows.
+// partition is one partition of a topic: its ring (transient) or log (durable), and who to
+// wake when it grows.
 type partition struct {
 	id   uint32
 	ring *ring.Ring   // transient topics
 	dlog *durablePart // durable topics
+	// logf reports the log's and the syncer's warnings, tagged with topic and partition.
+	// Set once by openDurable before the topic is published, then only read (by the
+	// partition's syncer); nil for a transient partition.
 	logf func(format string, args ...any)
 
 	// wakers is the copy-on-write list of connections with a subscription here; producers
 	// read it without locks. waiterCount (under topic.mu) is the source it is rebuilt from.
 	wakers      atomic.Pointer[[]*conn]
 	waiterCount map[*conn]int
-	groups      map[string]*group // under topic.mu
+	queueGroups map[string]*queueGroup // under topic.mu
 }
 
-// group is a queue group's shared position in one partition: members claim batches from it,
-// so each batch goes to one member.
-type group struct {
-	mu      sync.Mutex
-	seq     uint64 // next batch to claim
-	nextMsg uint64 // message the group expects next; a gap is reported as dropped
-	members int    // under topic.mu
+// queueGroup is a queue group's shared position in one partition: members claim batches from
+// it, so each batch goes to one member. (Not a consumer group: those are named in
+// COMMIT_OFFSET and live in offsetStore.)
+type queueGroup struct {
+	mu      sync.Mutex // guards seq and nextMsg: members on different loops claim batches
+	seq     uint64     // next batch to claim
+	nextMsg uint64     // message the queue group expects next; a gap is reported as dropped
+	members int        // under topic.mu
 }
 
 // topicStats are the counters STATS reports, the original LightQ's plus drop counts.
@@ -56,7 +62,7 @@ type topicStats struct {
 func newTopic(name string, kind wire.Kind, user string, options []wire.Option, partitions int, ringBytes, ringSlots int) *topic {
 	t := &topic{name: name, kind: kind, user: user, options: options}
 	for i := 0; i < partitions; i++ {
-		p := &partition{id: uint32(i), waiterCount: map[*conn]int{}, groups: map[string]*group{}}
+		p := &partition{id: uint32(i), waiterCount: map[*conn]int{}, queueGroups: map[string]*queueGroup{}}
 		if kind == wire.KindTransient {
 			p.ring = ring.New(ringBytes, ringSlots)
 		}
@@ -106,7 +112,7 @@ func (t *topic) ringMemory() int64 {
 	return n
 }
 
-// queueSize is the number of messages held in the topic's rings.
+// queueSize is the number of messages held in the topic's rings or logs.
 func (t *topic) queueSize() uint64 {
 	var n uint64
 	for _, p := range t.parts {
@@ -164,4 +170,14 @@ func (t *topic) metadata() wire.TopicMetadata {
 		md.Partitions = append(md.Partitions, pm)
 	}
 	return md
+}
+
+// sortedTopics lists a topic table in name order (METADATA and STATS answer in it).
+func sortedTopics(m map[string]*topic) []*topic {
+	out := make([]*topic, 0, len(m))
+	for _, t := range m {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }

@@ -21,8 +21,8 @@ func (c *conn) pumpTransferCopy() xferState {
 		}
 		n, err := x.chunk.File.ReadAt((*buf)[:min(int64(len(*buf)), x.remaining)], x.pos)
 		if n > 0 {
-			_, _ = c.gc.Write((*buf)[:n])
-			if c.closed {
+			_, _ = c.gc.Write((*buf)[:n]) // an error closes the connection, which closed() reports
+			if c.closed() {
 				return xferFailed
 			}
 			x.pos += int64(n)

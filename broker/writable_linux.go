@@ -56,6 +56,7 @@ func (w *writableWatcher) forget(fd int) {
 	defer w.mu.Unlock()
 	if _, ok := w.conns[int32(fd)]; ok {
 		delete(w.conns, int32(fd))
+		// Can fail only if the fd is already gone, which removed it from the epoll set too.
 		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	}
 }
@@ -89,5 +90,5 @@ func (w *writableWatcher) run() {
 func (w *writableWatcher) close() {
 	close(w.stop)
 	<-w.done
-	_ = unix.Close(w.epfd)
+	_ = unix.Close(w.epfd) // at shutdown, with the watcher stopped: nothing is left to tell
 }

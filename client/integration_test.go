@@ -487,7 +487,7 @@ func TestIntegrationQueueGroup(t *testing.T) {
 	total := 0
 	var wg sync.WaitGroup
 	for m := 0; m < members; m++ {
-		s := itSubscribe(t, itDial(t, addr, itUser, itPass), client.SubscribeOptions{Topic: "work", Group: "workers", Window: 32 << 10})
+		s := itSubscribe(t, itDial(t, addr, itUser, itPass), client.SubscribeOptions{Topic: "work", QueueGroup: "workers", Window: 32 << 10})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -17,9 +17,9 @@ type SubscribeOptions struct {
 	// Partition is used when HasPartition is set; otherwise every partition is subscribed.
 	Partition    int32
 	HasPartition bool
-	// Group is empty for fan-out (every subscriber gets every message) or names a queue
-	// group (each message goes to one member).
-	Group string
+	// QueueGroup is empty for fan-out (every subscriber gets every message) or names a
+	// queue group (each message goes to one member).
+	QueueGroup string
 	// Window is the credit window in bytes of batches, default 4 MiB. The client grants it
 	// at SUBSCRIBE and grants consumed bytes back in CREDIT frames once half of it has been
 	// consumed, so at most about Window bytes of batches (plus one batch) wait in the client.
@@ -157,8 +157,8 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 	if err := wire.ValidTopicName(opts.Topic); err != nil {
 		return nil, fmt.Errorf("lightq: %w", err)
 	}
-	if len(opts.Group) > wire.MaxGroupName {
-		return nil, fmt.Errorf("lightq: group name of %d bytes, limit %d", len(opts.Group), wire.MaxGroupName)
+	if len(opts.QueueGroup) > wire.MaxGroupName {
+		return nil, fmt.Errorf("lightq: group name of %d bytes, limit %d", len(opts.QueueGroup), wire.MaxGroupName)
 	}
 	if opts.Window <= 0 {
 		opts.Window = 4 << 20
@@ -181,7 +181,7 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 	s.recv.Topic = opts.Topic
 	s.msgsCtx, s.msgsStop = context.WithCancel(context.Background())
 
-	req := wire.Subscribe{Topic: opts.Topic, Partition: part, Group: opts.Group, Credit: uint32(opts.Window)}
+	req := wire.Subscribe{Topic: opts.Topic, Partition: part, QueueGroup: opts.QueueGroup, Credit: uint32(opts.Window)}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	sc := &subCall{c: c, s: s, done: make(chan struct{})}

@@ -456,16 +456,16 @@ func (m *ProduceResponse) Decode(b []byte) error {
 
 // Subscribe is the body of a SUBSCRIBE request for push delivery from a transient topic.
 type Subscribe struct {
-	Topic     string
-	Partition int32  // PartitionAny for every partition
-	Group     string // empty: fan-out (every subscriber gets every message); else a queue group
-	Credit    uint32 // initial credit in bytes of batches
+	Topic      string
+	Partition  int32  // PartitionAny for every partition
+	QueueGroup string // empty: fan-out (every subscriber gets every message); else a queue group
+	Credit     uint32 // initial credit in bytes of batches
 }
 
 func (m *Subscribe) AppendTo(dst []byte) []byte {
 	dst = AppendString(dst, m.Topic)
 	dst = AppendI32(dst, m.Partition)
-	dst = AppendString(dst, m.Group)
+	dst = AppendString(dst, m.QueueGroup)
 	return AppendU32(dst, m.Credit)
 }
 
@@ -473,7 +473,7 @@ func (m *Subscribe) Decode(b []byte) error {
 	r := NewReader(b)
 	m.Topic = r.String(MaxTopicName, "topic name")
 	m.Partition = r.I32()
-	m.Group = r.String(MaxGroupName, "group")
+	m.QueueGroup = r.String(MaxGroupName, "group")
 	m.Credit = r.U32()
 	return r.Done("SUBSCRIBE")
 }

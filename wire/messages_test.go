@@ -58,7 +58,7 @@ func bodyCases() []struct {
 		}}, func() wireBody { return new(wire.StatsResponse) }, 0},
 		{"Produce", &wire.Produce{Topic: []byte("orders"), Partition: wire.PartitionAny, Acks: wire.AcksDurable, Batch: sampleBatch()}, func() wireBody { return new(wire.Produce) }, 2 + 6 + 4 + 1},
 		{"ProduceResponse", &wire.ProduceResponse{Partition: 3, BaseOffset: 1<<62 + 5}, func() wireBody { return new(wire.ProduceResponse) }, 0},
-		{"Subscribe", &wire.Subscribe{Topic: "orders", Partition: 2, Group: "workers", Credit: 1 << 31}, func() wireBody { return new(wire.Subscribe) }, 0},
+		{"Subscribe", &wire.Subscribe{Topic: "orders", Partition: 2, QueueGroup: "workers", Credit: 1 << 31}, func() wireBody { return new(wire.Subscribe) }, 0},
 		{"SubscribeResponse", &wire.SubscribeResponse{SubscriptionID: 9, Partitions: 4}, func() wireBody { return new(wire.SubscribeResponse) }, 0},
 		{"Credit", &wire.Credit{SubscriptionID: 9, Bytes: 0xffffffff}, func() wireBody { return new(wire.Credit) }, 0},
 		{"Unsubscribe", &wire.Unsubscribe{SubscriptionID: 9}, func() wireBody { return new(wire.Unsubscribe) }, 0},

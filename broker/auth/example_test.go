@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/workpool"
 )
 
 func Example() {
 	hash, _ := auth.Hash("s3cret", auth.TestParams()) // DefaultParams() in production
 	verifier := auth.NewVerifier(10000, 10*time.Minute)
 	throttle := auth.NewThrottle(auth.DefaultThrottleConfig())
-	pool := auth.NewPool(4, 256)
+	pool := workpool.New(4, 256)
 	defer pool.Close()
 
 	result := make(chan bool, 1)

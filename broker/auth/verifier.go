@@ -85,8 +85,8 @@ func (v *Verifier) cacheKey(user, encoded, password string) [32]byte {
 
 // Check reports whether password matches encoded, the stored hash of user. A cached success
 // answers at once; otherwise Check runs argon2 (about 100 ms with DefaultParams), so call it
-// from a worker (see Pool), never from an event loop. A malformed encoded hash is a failure.
-// Safe for concurrent use.
+// from a worker (a workpool.Pool), never from an event loop. A malformed encoded hash is a
+// failure. Safe for concurrent use.
 func (v *Verifier) Check(user, encoded, password string) bool {
 	k := v.cacheKey(user, encoded, password)
 	now := time.Now()

@@ -92,7 +92,7 @@ func (durableSource) Dropped() uint64 { return 0 }
 // beginning of the log, in e2e mode from its end.
 func openSource(ctx context.Context, cfg *Config, c *client.Conn) (source, error) {
 	if cfg.Kind != wire.KindDurable {
-		s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: cfg.Topic, Group: cfg.Group, Window: cfg.Window})
+		s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: cfg.Topic, QueueGroup: cfg.Group, Window: cfg.Window})
 		if err != nil {
 			return nil, fmt.Errorf("subscribe: %w", err)
 		}

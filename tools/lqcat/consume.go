@@ -205,7 +205,7 @@ func (r *runner) consumeLive(ctx context.Context, conn *client.Conn, cc *consume
 	case cc.exitEOF:
 		return withCode(ExitUnsupported, fmt.Errorf("topic %q is transient: a live stream has no end for -e; stop with -c N instead", cc.topic))
 	}
-	sub, err := conn.Subscribe(ctx, client.SubscribeOptions{Topic: cc.topic, Partition: cc.partition.v, HasPartition: cc.partition.set, Group: cc.group})
+	sub, err := conn.Subscribe(ctx, client.SubscribeOptions{Topic: cc.topic, Partition: cc.partition.v, HasPartition: cc.partition.set, QueueGroup: cc.group})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

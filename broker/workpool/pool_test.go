@@ -1,4 +1,4 @@
-package auth
+package workpool
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestPoolRunsJobs(t *testing.T) {
-	p := NewPool(4, 100)
+	p := New(4, 100)
 	var n atomic.Int64
 	for range 100 {
 		if !p.Submit(func() { n.Add(1) }) {
@@ -22,7 +22,7 @@ func TestPoolRunsJobs(t *testing.T) {
 }
 
 func TestPoolFullQueueRefuses(t *testing.T) {
-	p := NewPool(1, 2)
+	p := New(1, 2)
 	release := make(chan struct{})
 	started := make(chan struct{})
 	var ran atomic.Int64
@@ -56,7 +56,7 @@ func TestPoolFullQueueRefuses(t *testing.T) {
 }
 
 func TestPoolCloseDrains(t *testing.T) {
-	p := NewPool(1, 10)
+	p := New(1, 10)
 	var n atomic.Int64
 	for range 10 {
 		p.Submit(func() { time.Sleep(time.Millisecond); n.Add(1) })
@@ -72,7 +72,7 @@ func TestPoolCloseDrains(t *testing.T) {
 }
 
 func TestPoolConcurrentSubmitClose(t *testing.T) {
-	p := NewPool(2, 4)
+	p := New(2, 4)
 	var accepted, ran atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -1,10 +1,9 @@
-package auth
+package workpool
 
 import "sync"
 
-// Pool runs blocking jobs (argon2 verifications, later fsyncs) on a fixed number of worker
-// goroutines with a bounded queue, so event loops never block and a burst cannot pile up
-// unbounded work. A Pool is safe for concurrent use. A job that panics crashes the process,
+// Pool runs blocking jobs on a fixed number of worker goroutines with a bounded queue (see
+// the package doc). A Pool is safe for concurrent use. A job that panics crashes the process,
 // as it would anywhere else.
 type Pool struct {
 	mu     sync.RWMutex // guards closed against the close of jobs
@@ -13,9 +12,9 @@ type Pool struct {
 	wg     sync.WaitGroup
 }
 
-// NewPool starts workers goroutines (at least 1) behind a queue of queue waiting jobs (at
+// New starts workers goroutines (at least 1) behind a queue of queue waiting jobs (at
 // least 0; with 0 a job is accepted only when a worker is idle).
-func NewPool(workers, queue int) *Pool {
+func New(workers, queue int) *Pool {
 	p := &Pool{jobs: make(chan func(), max(queue, 0))}
 	for range max(workers, 1) {
 		p.wg.Add(1)
@@ -34,7 +33,7 @@ func NewPool(workers, queue int) *Pool {
 // closed. job must not be nil. Safe for concurrent use, including from event loops.
 func (p *Pool) Submit(job func()) bool {
 	if job == nil {
-		panic("auth: Pool.Submit(nil)")
+		panic("workpool: Pool.Submit(nil)")
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()

@@ -1,11 +1,8 @@
 package broker
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"time"
 
@@ -14,142 +11,8 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// AdminPasswordFile is where a generated admin password is written, inside the data dir.
-const AdminPasswordFile = "admin-password"
-
-// ensureAdmin makes sure the admin user exists with the configured password, generating and
-// storing one on first start when none was given.
-func (s *Server) ensureAdmin() error {
-	st := s.meta.State()
-	existing, ok := st.Users[s.cfg.AdminUser]
-	password := s.cfg.AdminPassword
-	if ok && existing.Admin {
-		if password == "" {
-			return nil
-		}
-		if good, err := auth.Verify(existing.Hash, password); err == nil && good {
-			return nil
-		}
-		s.log.Info().Str("user", s.cfg.AdminUser).Msg("admin password changed by configuration; storing the new hash")
-	} else if ok {
-		return fmt.Errorf("admin user %q is already a topic user; choose another admin user name", s.cfg.AdminUser)
-	}
-	if password == "" {
-		gen, err := auth.GeneratePassword()
-		if err != nil {
-			return err
-		}
-		password = gen
-		path := filepath.Join(s.cfg.DataDir, AdminPasswordFile)
-		if err := writeSecretFile(path, []byte(password+"\n")); err != nil {
-			return fmt.Errorf("store generated admin password: %w", err)
-		}
-		s.log.Warn().Str("user", s.cfg.AdminUser).Str("password_file", path).
-			Msg("no admin password configured: generated one and stored it (mode 0600); set LIGHTQ_ADMIN_PASSWORD to choose your own")
-	}
-	hash, err := auth.Hash(password, s.cfg.HashParams)
-	if err != nil {
-		return err
-	}
-	return s.meta.Update(func(st *meta.State) error {
-		st.Users[s.cfg.AdminUser] = meta.User{Name: s.cfg.AdminUser, Hash: hash, Admin: true}
-		return nil
-	})
-}
-
-// writeSecretFile writes a file readable only by its owner, durably.
-func writeSecretFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func (c *conn) handleAuth(corr uint32, body []byte) {
-	if !c.helloDone {
-		c.sendError(corr, wire.CodeHandshakeRequired, "send HELLO before AUTH")
-		return
-	}
-	var m wire.Auth
-	if !c.decodeOr(corr, wire.OpAuth, m.Decode(body)) {
-		return
-	}
-	s := c.srv
-	if s.throttle.Blocked(c.remote, time.Now()) {
-		c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
-		return
-	}
-	user, known := (*s.users.Load())[m.User]
-	hash := user.Hash
-	if !known {
-		hash = s.dummyHash // an unknown user costs as much as a wrong password
-	}
-	c.runBackground(corr, func() (func(*conn), time.Duration) {
-		ok := s.verifier.Check(m.User, hash, m.Password) && known
-		var delay time.Duration
-		if !ok {
-			delay = s.throttle.Failure(c.remote, time.Now())
-		} else {
-			s.throttle.Success(c.remote)
-		}
-		return func(c *conn) {
-			if !ok {
-				c.log.Info().Str("user", m.User).Dur("delay", delay).Msg("failed login")
-				c.setPrincipal(nil)
-				if s.throttle.Blocked(c.remote, time.Now()) {
-					c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
-					return
-				}
-				c.sendError(corr, wire.CodeAuthFailed, "wrong user or password")
-				return
-			}
-			c.setPrincipal(&principal{user: m.User, admin: user.Admin})
-			role := wire.RoleUser
-			if user.Admin {
-				role = wire.RoleAdmin
-			}
-			c.log = c.log.With().Str("user", m.User).Logger()
-			c.log.Debug().Msg("authenticated")
-			resp := wire.AuthResponse{Role: role}
-			c.respond(wire.OpAuth, corr, resp.AppendTo)
-		}, delay
-	})
-}
-
-// errAnswer is a failure with the code the client gets.
-type errAnswer struct {
-	code wire.Code
-	msg  string
-}
-
-func (e *errAnswer) Error() string { return e.msg }
-
-func answer(code wire.Code, format string, args ...any) error {
-	return &errAnswer{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-// reply sends err as an ERROR (its code if it is an errAnswer) or runs ok.
-func (c *conn) reply(corr uint32, err error, ok func()) {
-	var ea *errAnswer
-	switch {
-	case err == nil:
-		ok()
-	case errors.As(err, &ea):
-		c.sendError(corr, ea.code, ea.msg)
-	default:
-		c.log.Error().Err(err).Msg("request failed")
-		c.sendError(corr, wire.CodeStorageError, err.Error())
-	}
-}
+// This file holds the topic registry's changes: CREATE_TOPIC and DELETE_TOPIC, run on the
+// auth pool under Server.adminMu, and building a live topic from its metadata.
 
 func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 	var m wire.CreateTopic
@@ -161,7 +24,7 @@ func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 		return
 	}
 	s := c.srv
-	c.runBackground(corr, func() (func(*conn), time.Duration) {
+	c.runBackground(corr, wire.OpCreateTopic, func() (func(*conn), time.Duration) {
 		err := s.createTopic(&m)
 		return func(c *conn) {
 			c.reply(corr, err, func() {
@@ -329,7 +192,7 @@ func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
 		return
 	}
 	s := c.srv
-	c.runBackground(corr, func() (func(*conn), time.Duration) {
+	c.runBackground(corr, wire.OpDeleteTopic, func() (func(*conn), time.Duration) {
 		err := s.deleteTopic(m.Name)
 		return func(c *conn) {
 			c.reply(corr, err, func() {
@@ -388,13 +251,4 @@ func (s *Server) deleteTopic(name string) error {
 		}
 	}
 	return nil
-}
-
-func sortedTopics(m map[string]*topic) []*topic {
-	out := make([]*topic, 0, len(m))
-	for _, t := range m {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
 }

@@ -1,0 +1,56 @@
+// Package broker is the LightQ broker: it accepts connections on gnet event loops, speaks the
+// protocol of package wire, keeps transient topics in per-partition rings (package ring),
+// durable topics in logs (package log) and persists topics and credentials through package
+// meta.
+//
+// # Threading model
+//
+// See also docs/DESIGN.md. Every connection lives on one gnet event loop, and all of its
+// protocol state is touched only there (conn's field comments say which fields are not).
+// Work that can block runs on bounded worker pools (package workpool, sized by Config):
+// argon2 credential checks and topic changes on the auth pool, cold FETCH reads on the I/O
+// pool, offset commits and LIST_OFFSETS by time on the meta pool. A job's result comes back
+// to the connection's loop through conn.complete, which queues it and wakes the loop. Each
+// durable partition has a syncer goroutine that fsyncs and answers waiting acks through
+// conn.queueAck. The ticker goroutine (Server.runTicker) only wakes connections. Producers
+// append to a partition's ring on their own loop and wake the loops of the subscribers,
+// which then copy from the ring to their sockets.
+//
+// # Lock order
+//
+// A lock may be taken while holding the locks before it in this list, never one after it:
+//
+//  1. Server.adminMu: serialises topic and user changes (createTopic, deleteTopic, on the
+//     auth pool). Under it: meta.Store's locks, auth.Verifier's, offsetStore's,
+//     durablePart.mu and conn.mu (deleteTopic closes the logs, failing waiting acks), and
+//     the log's (opening and closing logs).
+//  2. topic.mu: the partitions' subscriber tables and queue groups. Under it: Ring.mu
+//     (Ring.End, to start a subscription at the end).
+//  3. queueGroup.mu: a queue group's position. Under it: a ring slot's read lock (claiming
+//     a batch); the slot lock is released after queueGroup.mu.
+//  4. ring.Ring.mu, then a ring slot's mu (see package ring). A DELIVER writev runs under a
+//     slot's read lock, and gnet may run OnClose inside it, which takes Server.connsMu; so
+//     OnClose must not take topic.mu there, and conn.onClose defers the release of the
+//     subscriptions until the slot is released (see conn.onClose).
+//  5. offsetStore.writeMu (serialises offset file writes, held across the fsync), then
+//     offsetStore.mu (the tables; never held across I/O, so event loops may take it).
+//
+// Leaves, under which nothing else is taken: conn.mu (completions and durable acks),
+// Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
+// gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
+// before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
+// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu and meta.Store.mu. Inside package
+// log, see its package doc; the broker calls into a log holding no lock of its own except
+// adminMu. durablePart.close waits for the partition's syncer under adminMu, so the syncer
+// must never take adminMu.
+//
+// Example:
+//
+//	cfg := broker.DefaultConfig()
+//	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
+//	srv, err := broker.New(cfg)
+//	if err != nil { ... }
+//	if err := srv.Start(); err != nil { ... }
+//	defer srv.Shutdown(context.Background())
+//	fmt.Println(srv.Addr())
+package broker
