@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/wire"
 )
 
 // FuzzRecover: arbitrary bytes as the active segment. Open never panics; it either fails with
@@ -17,19 +18,12 @@ import (
 func FuzzRecover(f *testing.F) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	var valid []byte
+	var off int64
 	for i := range 5 {
 		b := makeBatch(rng, 1+i, 30, 0)
+		wire.SetBaseOffset(b, off) // base offsets as the log writes them: a valid segment
+		off += int64(1 + i)
 		valid = append(valid, b...)
-	}
-	// Fix the base offsets so the seed is a valid segment.
-	var off int64
-	for p := 0; p < len(valid); {
-		n := int(uint32(valid[p+8])<<24 | uint32(valid[p+9])<<16 | uint32(valid[p+10])<<8 | uint32(valid[p+11]))
-		for i := range 8 {
-			valid[p+i] = byte(off >> (56 - 8*i))
-		}
-		off += int64(valid[p+23])
-		p += n + 12
 	}
 	f.Add(valid)
 	f.Add(valid[:len(valid)-7])

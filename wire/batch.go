@@ -125,41 +125,100 @@ func BatchSize(b []byte) int {
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
 // be checked without the records: the magic, the attributes, the reserved field, and a length
-// that covers at least a header. ParseBatch checks the whole batch. It does not allocate.
+// that covers at least a header. ParseBatch checks the whole batch. It does not allocate
+// unless it fails (the error says why); TryPeekBatchHeader never does.
 //
-// PeekBatchHeader and ParseBatch are the only code that knows the header's byte positions: a
-// new batch magic is taught here, and every reader (broker, log, client) follows.
+// The functions here (decodeBatchHeader, ParseBatch, BatchBuilder.Finish) are the only code
+// that knows the header's byte positions: a new batch magic is taught here, and every reader
+// (broker, log, client) follows.
 func PeekBatchHeader(b []byte) (BatchHeader, error) {
-	if len(b) < BatchHeaderSize {
+	h, reserved, fault := peekBatchHeader(b)
+	switch fault {
+	case headerOK:
+		return h, nil
+	case headerShort:
 		return BatchHeader{}, fmt.Errorf("%w: %d bytes is shorter than a batch header", ErrCorruptBatch, len(b))
-	}
-	switch b[batchMagicOffset] {
-	case BatchMagic:
-	default:
+	case headerBadMagic:
 		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic)
+	case headerBadLength:
+		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
+	case headerBadAttributes:
+		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
+	default:
+		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
 	}
+}
+
+// TryPeekBatchHeader is PeekBatchHeader without the error: ok says whether the header passes
+// the same checks. It never allocates, so a scan that tries every byte position for the start
+// of a batch (log recovery) can afford it as its first filter.
+func TryPeekBatchHeader(b []byte) (h BatchHeader, ok bool) {
+	h, _, fault := peekBatchHeader(b)
+	return h, fault == headerOK
+}
+
+// PeekBatchHeaderUnchecked decodes the header fields of the batch at the start of b, which must
+// hold BatchHeaderSize bytes, without checking any of them. It is for walkers that go by the
+// length field alone and leave damage to the CRC check, so that a flipped bit in one batch
+// does not hide the batches after it (log reads), and for reports on a batch that
+// PeekBatchHeader or ParseBatch refused. It does not allocate.
+func PeekBatchHeaderUnchecked(b []byte) BatchHeader {
+	h, _ := decodeBatchHeader(b)
+	return h
+}
+
+// decodeBatchHeader decodes the header fields at the start of b, which must hold
+// BatchHeaderSize bytes.
+func decodeBatchHeader(b []byte) (h BatchHeader, reserved uint16) {
 	r := NewReader(b[:BatchHeaderSize])
-	h := BatchHeader{
+	h = BatchHeader{
 		BaseOffset: r.I64(),
 		Length:     r.U32(),
 		CRC:        r.U32(),
 		Magic:      r.U8(),
 		Attributes: r.U8(),
 	}
-	reserved := r.U16()
+	reserved = r.U16()
 	h.RecordCount = r.U32()
 	h.FirstTimestamp = r.I64()
 	h.MaxTimestamp = r.I64()
 	h.RecordsSize = r.U32()
+	return h, reserved
+}
+
+// headerFault is what peekBatchHeader found wrong with a header.
+type headerFault uint8
+
+const (
+	headerOK headerFault = iota
+	headerShort
+	headerBadMagic
+	headerBadLength
+	headerBadAttributes
+	headerBadReserved
+)
+
+// peekBatchHeader decodes and checks a header for PeekBatchHeader and TryPeekBatchHeader,
+// without allocating.
+func peekBatchHeader(b []byte) (h BatchHeader, reserved uint16, fault headerFault) {
+	if len(b) < BatchHeaderSize {
+		return h, 0, headerShort
+	}
+	switch b[batchMagicOffset] {
+	case BatchMagic:
+	default:
+		return h, 0, headerBadMagic
+	}
+	h, reserved = decodeBatchHeader(b)
 	switch {
 	case h.Size() < BatchHeaderSize:
-		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
+		fault = headerBadLength
 	case h.Attributes&^codecMask != 0 || h.Codec() > CodecZstd:
-		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
+		fault = headerBadAttributes
 	case reserved != 0:
-		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
+		fault = headerBadReserved
 	}
-	return h, nil
+	return h, reserved, fault
 }
 
 // SetBaseOffset rewrites the base offset of the encoded batch b in place. The CRC does not
