@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/log/vfs/crashfs"
 )
 
 // TestCrashLoop simulates power loss at random points (D2 in reliability.md): appends with
@@ -46,7 +46,7 @@ type crashStats struct {
 func crashOnce(t *testing.T, seed uint64, st *crashStats) {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	dir := t.TempDir()
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	opts := Options{
 		FS:                 fsys,
 		SegmentBytes:       int64(1<<10 + rng.IntN(4<<10)),
@@ -158,13 +158,13 @@ func crashOnce(t *testing.T, seed uint64, st *crashStats) {
 	}
 }
 
-func killKind(op vfs.Op, path string) string {
+func killKind(op crashfs.Op, path string) string {
 	switch name := filepath.Base(path); {
-	case op == vfs.OpRemove:
+	case op == crashfs.OpRemove:
 		return "retention-remove"
 	case strings.HasSuffix(name, tmpSuffix) || strings.HasSuffix(name, indexSuffix) || strings.HasSuffix(name, timeIndexSuffix):
 		return "index-" + string(op)
-	case op == vfs.OpCreate && strings.HasSuffix(name, logSuffix), op == vfs.OpSyncDir:
+	case op == crashfs.OpCreate && strings.HasSuffix(name, logSuffix), op == crashfs.OpSyncDir:
 		return "roll-" + string(op)
 	case name == checkpointName:
 		return "checkpoint-" + string(op)

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/log/vfs/crashfs"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -36,7 +36,7 @@ func FuzzRecover(f *testing.F) {
 		if err := os.WriteFile(seg, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		opts := Options{MaxBatch: 64 << 10, FS: vfs.NewCrashFS()} // no real fsyncs: fast
+		opts := Options{MaxBatch: 64 << 10, FS: crashfs.New()} // no real fsyncs: fast
 		l, err := Open(dir, opts)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
