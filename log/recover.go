@@ -346,10 +346,13 @@ func findContinuation(f io.ReaderAt, from, end, expect int64, maxBatch int) (int
 		for i := 0; i < window && i+wire.BatchHeaderSize <= n; i++ {
 			b := buf[i:n]
 			// Cheap checks first (the header, a plausible base and length), so random bytes
-			// rarely cost a CRC. TryPeekBatchHeader does not allocate, and rejects most of
-			// them at the magic byte.
-			h, ok := wire.TryPeekBatchHeader(b)
-			if !ok {
+			// rarely cost a CRC. MayBeBatchHeader is a few inlined compares; PeekBatchHeader
+			// allocates its error, and so runs only where a batch may start.
+			if !wire.MayBeBatchHeader(b) {
+				continue
+			}
+			h, err := wire.PeekBatchHeader(b)
+			if err != nil {
 				continue
 			}
 			size := h.Size()

@@ -37,6 +37,7 @@ const (
 	batchCRCOffset    = 12
 	batchCRCStart     = 16
 	batchMagicOffset  = 16
+	batchReservedPos  = 18 // two bytes
 	batchPrefix       = 12 // base offset + batch length: what batch length does not count
 
 	// minRecordSize is the smallest encoded record: five one-byte fields.
@@ -125,42 +126,44 @@ func BatchSize(b []byte) int {
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
 // be checked without the records: the magic, the attributes, the reserved field, and a length
-// that covers at least a header. ParseBatch checks the whole batch. It does not allocate
-// unless it fails (the error says why); TryPeekBatchHeader never does.
+// that covers at least a header. ParseBatch checks the whole batch. It does not allocate.
 //
-// The functions here (decodeBatchHeader, ParseBatch, BatchBuilder.Finish) are the only code
-// that knows the header's byte positions: a new batch magic is taught here, and every reader
-// (broker, log, client) follows.
+// This file is the only code that knows the header's byte positions: a new batch magic is
+// taught here, and every reader (broker, log, client) follows.
 func PeekBatchHeader(b []byte) (BatchHeader, error) {
-	h, reserved, fault := peekBatchHeader(b)
-	switch fault {
-	case headerOK:
-		return h, nil
-	case headerShort:
+	if len(b) < BatchHeaderSize {
 		return BatchHeader{}, fmt.Errorf("%w: %d bytes is shorter than a batch header", ErrCorruptBatch, len(b))
-	case headerBadMagic:
-		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic)
-	case headerBadLength:
-		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
-	case headerBadAttributes:
-		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
+	}
+	switch b[batchMagicOffset] {
+	case BatchMagic:
 	default:
+		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic)
+	}
+	h, reserved := decodeBatchHeader(b)
+	switch {
+	case h.Size() < BatchHeaderSize:
+		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
+	case h.Attributes&^codecMask != 0 || h.Codec() > CodecZstd:
+		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
+	case reserved != 0:
 		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
 	}
+	return h, nil
 }
 
-// TryPeekBatchHeader is PeekBatchHeader without the error: ok says whether the header passes
-// the same checks. It never allocates, so a scan that tries every byte position for the start
-// of a batch (log recovery) can afford it as its first filter.
-func TryPeekBatchHeader(b []byte) (h BatchHeader, ok bool) {
-	h, _, fault := peekBatchHeader(b)
-	return h, fault == headerOK
+// MayBeBatchHeader is the first filter of a scan that tries every byte position for the start
+// of a batch (log recovery): false means PeekBatchHeader refuses b. It tests only the length,
+// the magic and the reserved field, is inlined, and never allocates (PeekBatchHeader does
+// when it fails), so the scan calls PeekBatchHeader only where a batch may start. Whatever
+// magic PeekBatchHeader learns, this learns too.
+func MayBeBatchHeader(b []byte) bool {
+	return len(b) >= BatchHeaderSize && b[batchMagicOffset] == BatchMagic && b[batchReservedPos]|b[batchReservedPos+1] == 0
 }
 
-// PeekBatchHeaderUnchecked decodes the header fields of the batch at the start of b, which must
-// hold BatchHeaderSize bytes, without checking any of them. It is for walkers that go by the
-// length field alone and leave damage to the CRC check, so that a flipped bit in one batch
-// does not hide the batches after it (log reads), and for reports on a batch that
+// PeekBatchHeaderUnchecked decodes the header fields of the batch at the start of b, which
+// must hold BatchHeaderSize bytes, without checking any of them. It is for walkers that go by
+// the length field alone and leave damage to the CRC check, so that a flipped bit in one
+// batch does not hide the batches after it (log reads), and for reports on a batch that
 // PeekBatchHeader or ParseBatch refused. It does not allocate.
 func PeekBatchHeaderUnchecked(b []byte) BatchHeader {
 	h, _ := decodeBatchHeader(b)
@@ -184,41 +187,6 @@ func decodeBatchHeader(b []byte) (h BatchHeader, reserved uint16) {
 	h.MaxTimestamp = r.I64()
 	h.RecordsSize = r.U32()
 	return h, reserved
-}
-
-// headerFault is what peekBatchHeader found wrong with a header.
-type headerFault uint8
-
-const (
-	headerOK headerFault = iota
-	headerShort
-	headerBadMagic
-	headerBadLength
-	headerBadAttributes
-	headerBadReserved
-)
-
-// peekBatchHeader decodes and checks a header for PeekBatchHeader and TryPeekBatchHeader,
-// without allocating.
-func peekBatchHeader(b []byte) (h BatchHeader, reserved uint16, fault headerFault) {
-	if len(b) < BatchHeaderSize {
-		return h, 0, headerShort
-	}
-	switch b[batchMagicOffset] {
-	case BatchMagic:
-	default:
-		return h, 0, headerBadMagic
-	}
-	h, reserved = decodeBatchHeader(b)
-	switch {
-	case h.Size() < BatchHeaderSize:
-		fault = headerBadLength
-	case h.Attributes&^codecMask != 0 || h.Codec() > CodecZstd:
-		fault = headerBadAttributes
-	case reserved != 0:
-		fault = headerBadReserved
-	}
-	return h, reserved, fault
 }
 
 // SetBaseOffset rewrites the base offset of the encoded batch b in place. The CRC does not
