@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lightq/lightq/log/vfs/crashfs"
+	"github.com/lightq/lightq/wire"
 )
 
 // TestCrashLoop simulates power loss at random points (D2 in reliability.md): appends with
@@ -142,7 +143,7 @@ func crashOnce(t *testing.T, seed uint64, st *crashStats) {
 			continue
 		}
 		st.ackedBatches++
-		st.ackedRecords += int(b[23]) // record counts are < 256 here
+		st.ackedRecords += int(wire.PeekBatchHeaderUnchecked(b).RecordCount)
 		if base >= from && !present[base] {
 			st.lostAcked++
 			t.Fatalf("seed %d: lost acked batch %d (durable %d, start %d, next %d)", seed, base, durable, l2.StartOffset(), l2.NextOffset())

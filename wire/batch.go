@@ -126,7 +126,8 @@ func BatchSize(b []byte) int {
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
 // be checked without the records: the magic, the attributes, the reserved field, and a length
-// that covers at least a header. ParseBatch checks the whole batch. It does not allocate.
+// that covers at least a header. ParseBatch checks the whole batch. It does not allocate
+// unless it fails (the error is formatted); MayBeBatchHeader never does.
 //
 // This file is the only code that knows the header's byte positions: a new batch magic is
 // taught here, and every reader (broker, log, client) follows.
