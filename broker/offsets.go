@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 
-	qlog "github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -153,53 +152,6 @@ func (o *offsetStore) revive(topic string) {
 	o.mu.Unlock()
 }
 
-// offsetForTime is the first offset whose record timestamp is at least ts, or the log's next
-// offset when there is none. Blocking (reads the batch): call it from a worker.
-func offsetForTime(l *qlog.Log, ts int64, maxBatch int) (int64, error) {
-	base, err := l.OffsetForTime(ts)
-	if err != nil || base >= l.NextOffset() {
-		return base, err
-	}
-	chunk, err := l.Read(base, l.NextOffset(), 1)
-	if err != nil || chunk == nil {
-		return base, err
-	}
-	defer chunk.Release()
-	head := make([]byte, wire.BatchHeaderSize)
-	if _, err := chunk.File.ReadAt(head, chunk.Pos); err != nil {
-		return 0, err
-	}
-	size := wire.BatchSize(head)
-	if size < wire.BatchHeaderSize || int64(size) > chunk.Len || size > maxBatch {
-		return 0, fmt.Errorf("%w: batch at %d has size %d", qlog.ErrCorrupt, chunk.BaseOffset, size)
-	}
-	buf := make([]byte, size)
-	if _, err := chunk.File.ReadAt(buf, chunk.Pos); err != nil {
-		return 0, err
-	}
-	bt, err := wire.ParseBatch(buf, maxBatch)
-	if err != nil {
-		return 0, err
-	}
-	var comp wire.Compressor
-	defer comp.Close()
-	records, err := comp.Decompress(nil, &bt)
-	if err != nil {
-		return 0, err
-	}
-	it := wire.NewRecordIter(records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
-	var rec wire.Record
-	for it.Next(&rec) {
-		if rec.Timestamp >= ts {
-			return rec.Offset, nil
-		}
-	}
-	if err := it.Err(); err != nil {
-		return 0, err
-	}
-	return bt.BaseOffset + int64(bt.RecordCount), nil
-}
-
 // writeFileAtomic replaces path with data: a crash leaves either the old or the new file.
 func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
@@ -278,9 +230,8 @@ func (c *conn) handleListOffsets(corr uint32, body []byte) {
 	case wire.OffsetTimestamp:
 		// The time index finds the batch; its records are read on a worker (disk, maybe
 		// decompression) to find the first record at or after the time.
-		maxBatch := c.srv.cfg.Limits.MaxBatch
 		ok := c.srv.metaPool.Submit(func() {
-			off, err := offsetForTime(l, m.Timestamp, maxBatch)
+			off, err := l.OffsetForTime(m.Timestamp)
 			c.complete(func(c *conn) {
 				if err != nil {
 					c.sendError(corr, storageCode(err), err.Error())

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/log/vfs/crashfs"
+	"github.com/lightq/lightq/wire"
 )
 
 // TestCrashLoop simulates power loss at random points (D2 in reliability.md): appends with
@@ -46,7 +47,7 @@ type crashStats struct {
 func crashOnce(t *testing.T, seed uint64, st *crashStats) {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	dir := t.TempDir()
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	opts := Options{
 		FS:                 fsys,
 		SegmentBytes:       int64(1<<10 + rng.IntN(4<<10)),
@@ -142,7 +143,7 @@ func crashOnce(t *testing.T, seed uint64, st *crashStats) {
 			continue
 		}
 		st.ackedBatches++
-		st.ackedRecords += int(b[23]) // record counts are < 256 here
+		st.ackedRecords += int(wire.PeekBatchHeaderUnchecked(b).RecordCount)
 		if base >= from && !present[base] {
 			st.lostAcked++
 			t.Fatalf("seed %d: lost acked batch %d (durable %d, start %d, next %d)", seed, base, durable, l2.StartOffset(), l2.NextOffset())
@@ -158,13 +159,13 @@ func crashOnce(t *testing.T, seed uint64, st *crashStats) {
 	}
 }
 
-func killKind(op vfs.Op, path string) string {
+func killKind(op crashfs.Op, path string) string {
 	switch name := filepath.Base(path); {
-	case op == vfs.OpRemove:
+	case op == crashfs.OpRemove:
 		return "retention-remove"
 	case strings.HasSuffix(name, tmpSuffix) || strings.HasSuffix(name, indexSuffix) || strings.HasSuffix(name, timeIndexSuffix):
 		return "index-" + string(op)
-	case op == vfs.OpCreate && strings.HasSuffix(name, logSuffix), op == vfs.OpSyncDir:
+	case op == crashfs.OpCreate && strings.HasSuffix(name, logSuffix), op == crashfs.OpSyncDir:
 		return "roll-" + string(op)
 	case name == checkpointName:
 		return "checkpoint-" + string(op)

@@ -115,6 +115,8 @@
 // serialised by Log.mu. Sync holds no lock during the fsync, so Appends continue (one syncer
 // goroutine is the intended use). Read and OffsetForTime take a read lock only to snapshot the
 // segment list and never wait for an Append's write; the I/O they do happens without locks.
+// OffsetForTime reads (and may decompress) a whole batch to find the record, so call it from a
+// worker, not an event loop.
 // StartOffset, NextOffset and DurableOffset are lock-free atomics. EnforceRetention removes
 // segments from the list under the locks, then unlinks the files without them.
 //

@@ -7,12 +7,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/log/vfs/crashfs"
 )
 
 func TestDiskFull(t *testing.T) {
 	dir := t.TempDir()
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	rng := rand.New(rand.NewPCG(21, 22))
 	l := mustOpen(t, dir, Options{FS: fsys, SegmentBytes: 8 << 10})
 	defer l.Close()
@@ -58,12 +58,12 @@ func TestDiskFull(t *testing.T) {
 
 func TestShortWriteIsStorageFull(t *testing.T) {
 	dir := t.TempDir()
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	rng := rand.New(rand.NewPCG(23, 24))
 	l := mustOpen(t, dir, Options{FS: fsys})
 	defer l.Close()
 	want := appendN(t, l, rng, 3, 2, 100, 0)
-	fsys.Inject(vfs.Fault{Op: vfs.OpWrite, Name: ".log", Short: true, Err: syscall.ENOSPC})
+	fsys.Inject(crashfs.Fault{Op: crashfs.OpWrite, Name: ".log", Short: true, Err: syscall.ENOSPC})
 	if _, err := l.Append(makeBatch(rng, 1, 100, 0), 1); !errors.Is(err, ErrStorageFull) {
 		t.Fatalf("short write: %v", err)
 	}
@@ -72,11 +72,11 @@ func TestShortWriteIsStorageFull(t *testing.T) {
 }
 
 func TestWriteEIOBreaks(t *testing.T) {
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	l := mustOpen(t, t.TempDir(), Options{FS: fsys})
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(25, 26))
-	fsys.Inject(vfs.Fault{Op: vfs.OpWrite, Name: ".log", Err: syscall.EIO})
+	fsys.Inject(crashfs.Fault{Op: crashfs.OpWrite, Name: ".log", Err: syscall.EIO})
 	if _, err := l.Append(makeBatch(rng, 1, 100, 0), 1); !errors.Is(err, ErrBroken) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("EIO: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestWriteEIOBreaks(t *testing.T) {
 
 func TestSyncFailureBreaks(t *testing.T) {
 	dir := t.TempDir()
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	rng := rand.New(rand.NewPCG(27, 28))
 	l := mustOpen(t, dir, Options{FS: fsys})
 	appendN(t, l, rng, 5, 2, 100, 0)
@@ -96,7 +96,7 @@ func TestSyncFailureBreaks(t *testing.T) {
 		t.Fatalf("Sync: %d %v", durable, err)
 	}
 	appendN(t, l, rng, 5, 2, 100, 0)
-	fsys.Inject(vfs.Fault{Op: vfs.OpSync, Name: ".log", Err: syscall.EIO})
+	fsys.Inject(crashfs.Fault{Op: crashfs.OpSync, Name: ".log", Err: syscall.EIO})
 	d, err := l.Sync()
 	if !errors.Is(err, ErrBroken) || d != durable || l.DurableOffset() != durable {
 		t.Fatalf("failed Sync: durable %d (was %d) %v", d, durable, err)
@@ -119,12 +119,12 @@ func TestSyncFailureBreaks(t *testing.T) {
 }
 
 func TestRollSyncFailureBreaks(t *testing.T) {
-	fsys := vfs.NewCrashFS()
+	fsys := crashfs.New()
 	l := mustOpen(t, t.TempDir(), Options{FS: fsys, SegmentBytes: 1024})
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(29, 30))
 	appendN(t, l, rng, 1, 2, 300, 0)
-	fsys.Inject(vfs.Fault{Op: vfs.OpSyncDir, Err: syscall.EIO})
+	fsys.Inject(crashfs.Fault{Op: crashfs.OpSyncDir, Err: syscall.EIO})
 	var err error
 	for range 10 {
 		if _, err = l.Append(makeBatch(rng, 2, 300, 0), 2); err != nil {

@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/log/vfs/crashfs"
+	"github.com/lightq/lightq/wire"
 )
 
 // FuzzRecover: arbitrary bytes as the active segment. Open never panics; it either fails with
@@ -17,19 +18,12 @@ import (
 func FuzzRecover(f *testing.F) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	var valid []byte
+	var off int64
 	for i := range 5 {
 		b := makeBatch(rng, 1+i, 30, 0)
+		wire.SetBaseOffset(b, off) // base offsets as the log writes them: a valid segment
+		off += int64(1 + i)
 		valid = append(valid, b...)
-	}
-	// Fix the base offsets so the seed is a valid segment.
-	var off int64
-	for p := 0; p < len(valid); {
-		n := int(uint32(valid[p+8])<<24 | uint32(valid[p+9])<<16 | uint32(valid[p+10])<<8 | uint32(valid[p+11]))
-		for i := range 8 {
-			valid[p+i] = byte(off >> (56 - 8*i))
-		}
-		off += int64(valid[p+23])
-		p += n + 12
 	}
 	f.Add(valid)
 	f.Add(valid[:len(valid)-7])
@@ -42,7 +36,7 @@ func FuzzRecover(f *testing.F) {
 		if err := os.WriteFile(seg, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		opts := Options{MaxBatch: 64 << 10, FS: vfs.NewCrashFS()} // no real fsyncs: fast
+		opts := Options{MaxBatch: 64 << 10, FS: crashfs.New()} // no real fsyncs: fast
 		l, err := Open(dir, opts)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {

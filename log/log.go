@@ -1,7 +1,6 @@
 package log
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +23,7 @@ var (
 	// ErrBroken: a failed fsync or an I/O error the log cannot reason about. Sticky: every
 	// later Append and Sync fails with it until the log is reopened.
 	ErrBroken = errors.New("log: broken by an earlier I/O error")
-	// ErrOffsetOutOfRange: Read below StartOffset or above NextOffset.
+	// ErrOffsetOutOfRange: Read below StartOffset or above NextOffset (as a *RangeError).
 	ErrOffsetOutOfRange = errors.New("log: offset out of range")
 	// ErrCorrupt: stored bytes fail their checks where a torn write cannot explain it.
 	ErrCorrupt = errors.New("log: corrupt segment")
@@ -146,13 +145,17 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 		return 0, err
 	}
 	size := len(batch)
-	switch {
-	case size > l.opts.MaxBatch:
+	if size > l.opts.MaxBatch {
 		return 0, fmt.Errorf("log: append: %w: %d bytes, limit %d", wire.ErrBatchTooLarge, size, l.opts.MaxBatch)
-	case size < wire.BatchHeaderSize || wire.BatchSize(batch) != size:
-		return 0, fmt.Errorf("log: append: %w: %d bytes, length field says %d", wire.ErrCorruptBatch, size, wire.BatchSize(batch))
-	case recordCount == 0 || binary.BigEndian.Uint32(batch[batchCountPos:]) != recordCount:
-		return 0, fmt.Errorf("log: append: %w: record count %d, header says %d", wire.ErrCorruptBatch, recordCount, binary.BigEndian.Uint32(batch[batchCountPos:]))
+	}
+	h, err := wire.PeekBatchHeader(batch)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("log: append: %w", err)
+	case h.Size() != size:
+		return 0, fmt.Errorf("log: append: %w: %d bytes, length field says %d", wire.ErrCorruptBatch, size, h.Size())
+	case recordCount == 0 || h.RecordCount != recordCount:
+		return 0, fmt.Errorf("log: append: %w: record count %d, header says %d", wire.ErrCorruptBatch, recordCount, h.RecordCount)
 	}
 	seg := l.active()
 	if seg.size > 0 && (seg.size+int64(size) > l.opts.SegmentBytes ||
@@ -168,9 +171,8 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 	if err != nil || n != size {
 		return 0, l.writeFailed(seg, n, err)
 	}
-	maxTS := int64(binary.BigEndian.Uint64(batch[batchMaxTSPos:]))
 	l.segMu.Lock()
-	seg.add(base, recordCount, size, maxTS, l.opts.IndexIntervalBytes)
+	seg.add(base, recordCount, size, h.MaxTimestamp, l.opts.IndexIntervalBytes)
 	l.next.Store(base + int64(recordCount))
 	l.segMu.Unlock()
 	return base, nil

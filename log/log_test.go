@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,28 @@ func TestEmptyLog(t *testing.T) {
 	}
 	if _, err := l.Read(1, 10, 100); !errors.Is(err, ErrOffsetOutOfRange) {
 		t.Fatalf("Read past end: %v", err)
+	}
+}
+
+// A Read outside the log fails with a *RangeError that says where the log is and names no
+// file: the broker passes its text to clients.
+func TestReadOutOfRange(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, Options{})
+	defer l.Close()
+	appendN(t, l, rand.New(rand.NewPCG(3, 4)), 2, 1, 10, 0)
+	for _, off := range []int64{-1, l.NextOffset() + 1} {
+		_, err := l.Read(off, l.NextOffset(), 100)
+		var re *RangeError
+		if !errors.As(err, &re) || !errors.Is(err, ErrOffsetOutOfRange) {
+			t.Fatalf("Read(%d): %v, want a *RangeError wrapping ErrOffsetOutOfRange", off, err)
+		}
+		if *re != (RangeError{Offset: off, Start: 0, Next: l.NextOffset()}) {
+			t.Fatalf("Read(%d): %+v", off, *re)
+		}
+		if strings.Contains(err.Error(), dir) {
+			t.Fatalf("Read(%d): %q names the log's directory", off, err)
+		}
 	}
 }
 
@@ -214,7 +237,9 @@ func TestConcurrentAppendRead(t *testing.T) {
 	}
 }
 
-func TestOffsetForTime(t *testing.T) {
+// batchForTime finds the first batch whose max timestamp reaches ts, through the time index,
+// before and after a reopen.
+func TestBatchForTime(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(5, 6))
 	opts := Options{SegmentBytes: 4 << 10, IndexIntervalBytes: 300}
@@ -246,9 +271,14 @@ func TestOffsetForTime(t *testing.T) {
 					break
 				}
 			}
-			got, err := l.OffsetForTime(ts)
+			hit, err := l.batchForTime(ts)
+			got := hit.next
+			if hit.seg != nil {
+				got = hit.hdr.BaseOffset
+				hit.seg.release()
+			}
 			if err != nil || got != expect {
-				t.Fatalf("OffsetForTime(%d) = %d, %v; want %d", ts, got, err, expect)
+				t.Fatalf("batchForTime(%d) = %d, %v; want %d", ts, got, err, expect)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/wire"
 )
 
 // Chunk is a byte range of whole batches in one segment file: bytes [Pos, Pos+Len) of File
@@ -21,7 +22,7 @@ type Chunk struct {
 
 	seg      *segment
 	released atomic.Bool
-	hdr      [headerBytes]byte // scratch for header reads
+	hdr      [wire.BatchHeaderSize]byte // scratch for header reads
 }
 
 // Release lets the segment file be closed. Idempotent; safe for concurrent use.
@@ -31,12 +32,26 @@ func (c *Chunk) Release() {
 	}
 }
 
+// RangeError is the error of a Read outside the log: Offset is not in [Start, Next]. It
+// wraps ErrOffsetOutOfRange. Its text names no file, so the broker may pass it to a client.
+type RangeError struct {
+	Offset int64 // asked for
+	Start  int64 // StartOffset at the time
+	Next   int64 // NextOffset at the time
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("%v: offset %d, the log holds [%d, %d)", ErrOffsetOutOfRange, e.Offset, e.Start, e.Next)
+}
+
+func (e *RangeError) Unwrap() error { return ErrOffsetOutOfRange }
+
 // Read returns the batches from the one containing offset: whole batches of one segment,
 // ending before limit (an offset, e.g. NextOffset or DurableOffset; clamped to NextOffset)
 // and within maxBytes, but always at least the first batch even if it is larger. It returns
-// (nil, nil) when offset >= limit, and an error wrapping ErrOffsetOutOfRange when offset is
-// below StartOffset or above NextOffset. Read does not wait for Appends and holds no lock
-// during I/O. Safe for concurrent use; Release every Chunk.
+// (nil, nil) when offset >= limit, and a *RangeError (wrapping ErrOffsetOutOfRange) when
+// offset is below StartOffset or above NextOffset. Read does not wait for Appends and holds
+// no lock during I/O. Safe for concurrent use; Release every Chunk.
 func (l *Log) Read(offset, limit int64, maxBytes int) (*Chunk, error) {
 	l.segMu.RLock()
 	if l.closed {
@@ -46,7 +61,7 @@ func (l *Log) Read(offset, limit int64, maxBytes int) (*Chunk, error) {
 	start, next := l.segs[0].base, l.next.Load()
 	if offset < start || offset > next {
 		l.segMu.RUnlock()
-		return nil, fmt.Errorf("%w: offset %d, log %s holds [%d, %d)", ErrOffsetOutOfRange, offset, l.dir, start, next)
+		return nil, &RangeError{Offset: offset, Start: start, Next: next}
 	}
 	limit = min(limit, next)
 	if offset >= limit {
@@ -78,10 +93,10 @@ func (c *Chunk) locate(maxBatch int, idx []indexEntry, size, segNext, offset, li
 		return err
 	}
 	// Find the batch containing offset: the first whose successor starts after it.
-	curBase := h.base
+	curBase := h.BaseOffset
 	var end, nextBase int64
 	for {
-		end = pos + int64(h.size)
+		end = pos + int64(h.Size())
 		nb, nh, err := c.successor(end, size, segNext, curBase, maxBatch)
 		if err != nil {
 			return err
@@ -95,11 +110,11 @@ func (c *Chunk) locate(maxBatch int, idx []indexEntry, size, segNext, offset, li
 	c.Pos, c.BaseOffset = pos, curBase
 	// Extend by whole batches below limit and within maxBytes.
 	for end < size && nextBase < limit {
-		batchEnd := end + int64(h.size)
+		batchEnd := end + int64(h.Size())
 		if batchEnd-pos > maxBytes {
 			break
 		}
-		after, nh, err := c.successor(batchEnd, size, segNext, h.base, maxBatch)
+		after, nh, err := c.successor(batchEnd, size, segNext, h.BaseOffset, maxBatch)
 		if err != nil {
 			return err
 		}
@@ -113,34 +128,82 @@ func (c *Chunk) locate(maxBatch int, idx []indexEntry, size, segNext, offset, li
 }
 
 // header reads the batch header at pos and checks it has base offset want.
-func (c *Chunk) header(pos, size, want int64, maxBatch int) (header, error) {
+func (c *Chunk) header(pos, size, want int64, maxBatch int) (wire.BatchHeader, error) {
 	h, err := readHeader(c.seg.f, c.seg.path, c.hdr[:], pos, size, maxBatch)
-	if err == nil && h.base != want {
-		err = fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, c.seg.path, pos, h.base, want)
+	if err == nil && h.BaseOffset != want {
+		err = fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, c.seg.path, pos, h.BaseOffset, want)
 	}
 	return h, err
 }
 
 // successor returns the base offset of the batch starting at pos (segNext at the end) and
 // its header, checking that it follows prevBase.
-func (c *Chunk) successor(pos, size, segNext, prevBase int64, maxBatch int) (int64, header, error) {
+func (c *Chunk) successor(pos, size, segNext, prevBase int64, maxBatch int) (int64, wire.BatchHeader, error) {
 	if pos == size {
-		return segNext, header{}, nil
+		return segNext, wire.BatchHeader{}, nil
 	}
 	h, err := readHeader(c.seg.f, c.seg.path, c.hdr[:], pos, size, maxBatch)
-	if err == nil && (h.base <= prevBase || h.base >= segNext) {
-		err = fmt.Errorf("%w: %s at %d: base offset %d does not follow %d (segment ends at %d)", ErrCorrupt, c.seg.path, pos, h.base, prevBase, segNext)
+	if err == nil && (h.BaseOffset <= prevBase || h.BaseOffset >= segNext) {
+		err = fmt.Errorf("%w: %s at %d: base offset %d does not follow %d (segment ends at %d)", ErrCorrupt, c.seg.path, pos, h.BaseOffset, prevBase, segNext)
 	}
-	return h.base, h, err
+	return h.BaseOffset, h, err
 }
 
-// OffsetForTime returns the first offset whose batch's max timestamp is >= ts (unix ms),
-// using the time index, or NextOffset when there is none. Safe for concurrent use.
+// OffsetForTime returns the offset of the first record whose timestamp is >= ts (unix ms),
+// or NextOffset when there is none: the answer to LIST_OFFSETS by timestamp. The time index
+// finds the first batch whose max timestamp is >= ts; that batch is read, decompressed if it
+// is compressed, and its records walked (a batch's records need not be in time order).
+// Blocking: it reads the disk, so call it from a worker, not an event loop. Safe for concurrent
+// use.
 func (l *Log) OffsetForTime(ts int64) (int64, error) {
+	hit, err := l.batchForTime(ts)
+	if err != nil || hit.seg == nil {
+		return hit.next, err
+	}
+	defer hit.seg.release()
+	s, pos := hit.seg, hit.pos
+	buf := make([]byte, hit.hdr.Size())
+	if _, err := s.f.ReadAt(buf, pos); err != nil {
+		return 0, fmt.Errorf("log: read %s at %d: %w", s.path, pos, err)
+	}
+	bt, err := wire.ParseBatch(buf, l.opts.MaxBatch)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s at %d: %w", ErrCorrupt, s.path, pos, err)
+	}
+	var comp wire.Compressor
+	defer comp.Close()
+	records, err := comp.Decompress(nil, &bt)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s at %d: %w", ErrCorrupt, s.path, pos, err)
+	}
+	it := wire.NewRecordIter(records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
+	var rec wire.Record
+	for it.Next(&rec) {
+		if rec.Timestamp >= ts {
+			return rec.Offset, nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %s at %d: %w", ErrCorrupt, s.path, pos, err)
+	}
+	return bt.NextOffset(), nil // max timestamp lied; the next batch is the best answer
+}
+
+// timeHit is where batchForTime lands.
+type timeHit struct {
+	seg  *segment // holds a reference the caller releases; nil when no batch qualifies
+	pos  int64    // byte of the batch in seg
+	hdr  wire.BatchHeader
+	next int64 // when seg is nil: the offset after every batch looked at (NextOffset)
+}
+
+// batchForTime finds the first batch whose max timestamp is >= ts (unix ms) through the time
+// index, reading only batch headers.
+func (l *Log) batchForTime(ts int64) (timeHit, error) {
 	l.segMu.RLock()
 	if l.closed {
 		l.segMu.RUnlock()
-		return 0, ErrClosed
+		return timeHit{}, ErrClosed
 	}
 	var s *segment
 	for _, cand := range l.segs {
@@ -152,31 +215,32 @@ func (l *Log) OffsetForTime(ts int64) (int64, error) {
 	if s == nil {
 		next := l.next.Load()
 		l.segMu.RUnlock()
-		return next, nil
+		return timeHit{next: next}, nil
 	}
 	idx, tidx, size, segNext := s.idx, s.tidx, s.size, s.next
 	s.refs.Add(1)
 	l.segMu.RUnlock()
-	defer s.release()
 
 	pos, rel := floor(idx, timeFloor(tidx, ts))
 	want := s.base + int64(rel)
-	buf := make([]byte, headerBytes)
+	var buf [wire.BatchHeaderSize]byte
 	for pos < size {
-		h, err := readHeader(s.f, s.path, buf, pos, size, l.opts.MaxBatch)
+		h, err := readHeader(s.f, s.path, buf[:], pos, size, l.opts.MaxBatch)
+		if err == nil && h.BaseOffset != want {
+			err = fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, s.path, pos, h.BaseOffset, want)
+		}
 		if err != nil {
-			return 0, err
+			s.release()
+			return timeHit{}, err
 		}
-		if h.base != want {
-			return 0, fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, s.path, pos, h.base, want)
+		if h.MaxTimestamp >= ts {
+			return timeHit{seg: s, pos: pos, hdr: h}, nil
 		}
-		if h.maxTS >= ts {
-			return h.base, nil
-		}
-		pos += int64(h.size)
-		want = h.base + int64(h.count)
+		pos += int64(h.Size())
+		want = h.NextOffset()
 	}
-	return segNext, nil
+	s.release()
+	return timeHit{next: segNext}, nil
 }
 
 // InActiveSegment reports whether offset lies in the active (last) segment. Its pages were

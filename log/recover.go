@@ -207,7 +207,7 @@ func (l *Log) walkTail(s *segment) error {
 		s.maxTS = s.tidx[n-1].ts
 	}
 	rebuild := len(s.idx) == 0
-	buf := make([]byte, headerBytes)
+	buf := make([]byte, wire.BatchHeaderSize)
 	fileSize := s.size
 	defer func() { s.size = fileSize }() // add moves it while rebuilding
 	for pos < fileSize {
@@ -215,24 +215,24 @@ func (l *Log) walkTail(s *segment) error {
 		if err != nil {
 			return err
 		}
-		if h.base != expect {
+		if h.BaseOffset != expect {
 			if len(s.idx) > 0 && !rebuild {
 				// The index points elsewhere: distrust it and rebuild from the start.
-				l.opts.Logf("log %s: index of %s points at base %d, want %d: rebuilding", l.dir, s.path, h.base, expect)
+				l.opts.Logf("log %s: index of %s points at base %d, want %d: rebuilding", l.dir, s.path, h.BaseOffset, expect)
 				s.idx, s.tidx, s.maxTS, s.sinceIndex = nil, nil, math.MinInt64, 0
 				pos, expect, rebuild = 0, s.base, true
 				continue
 			}
-			return fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, s.path, pos, h.base, expect)
+			return fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, s.path, pos, h.BaseOffset, expect)
 		}
 		if rebuild {
-			s.size, s.next = pos, h.base // add appends at s.size
-			s.add(h.base, h.count, h.size, h.maxTS, l.opts.IndexIntervalBytes)
+			s.size, s.next = pos, h.BaseOffset // add appends at s.size
+			s.add(h.BaseOffset, h.RecordCount, h.Size(), h.MaxTimestamp, l.opts.IndexIntervalBytes)
 		} else {
-			s.maxTS = max(s.maxTS, h.maxTS)
+			s.maxTS = max(s.maxTS, h.MaxTimestamp)
 		}
-		pos += int64(h.size)
-		expect = h.base + int64(h.count)
+		pos += int64(h.Size())
+		expect = h.NextOffset()
 	}
 	s.next = expect
 	return nil
@@ -264,7 +264,7 @@ func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool) (*segment, e
 		pos  int64
 		bad  error
 		buf  = make([]byte, 0, 64<<10)
-		head = make([]byte, batchPrefix)
+		head = make([]byte, wire.BatchHeaderSize)
 	)
 	for pos < end {
 		var bt wire.Batch
@@ -309,14 +309,16 @@ func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool) (*segment, e
 
 // readBatch reads and validates the batch at pos, reusing buf. size is the batch's length
 // when it could at least be framed (length field within limits and within the file), else 0.
+// head is scratch of wire.BatchHeaderSize bytes.
 func (l *Log) readBatch(f io.ReaderAt, head, buf []byte, pos, end int64) (bt wire.Batch, _ []byte, size int, err error) {
-	if end-pos < batchPrefix {
-		return bt, buf, 0, fmt.Errorf("%d bytes left, less than a batch header", end-pos)
-	}
+	head = head[:min(int64(len(head)), max(end-pos, 0))]
 	if _, err := f.ReadAt(head, pos); err != nil {
 		return bt, buf, 0, err
 	}
 	size = wire.BatchSize(head)
+	if size == 0 { // head holds no whole length field
+		return bt, buf, 0, fmt.Errorf("%d bytes left, less than a batch header", end-pos)
+	}
 	if size < wire.BatchHeaderSize || size > l.opts.MaxBatch {
 		return bt, buf, 0, fmt.Errorf("batch length %d outside [%d, %d]", size, wire.BatchHeaderSize, l.opts.MaxBatch)
 	}
@@ -343,13 +345,18 @@ func findContinuation(f io.ReaderAt, from, end, expect int64, maxBatch int) (int
 		}
 		for i := 0; i < window && i+wire.BatchHeaderSize <= n; i++ {
 			b := buf[i:n]
-			// Cheap checks first (magic, reserved, plausible base and length), so random
-			// bytes rarely cost a CRC.
-			if b[16] != wire.BatchMagic || b[18] != 0 || b[19] != 0 {
+			// Cheap checks first (the header, a plausible base and length), so random bytes
+			// rarely cost a CRC. MayBeBatchHeader is a few inlined compares; PeekBatchHeader
+			// allocates its error, and so runs only where a batch may start.
+			if !wire.MayBeBatchHeader(b) {
 				continue
 			}
-			base, size := int64(beUint64(b)), wire.BatchSize(b)
-			if base < expect || base-expect > end-from || size < wire.BatchHeaderSize || size > len(b) {
+			h, err := wire.PeekBatchHeader(b)
+			if err != nil {
+				continue
+			}
+			size := h.Size()
+			if h.BaseOffset < expect || h.BaseOffset-expect > end-from || size > len(b) {
 				continue
 			}
 			if _, err := wire.ParseBatch(b[:size], maxBatch); err == nil {
@@ -358,11 +365,6 @@ func findContinuation(f io.ReaderAt, from, end, expect int64, maxBatch int) (int
 		}
 	}
 	return 0, false, nil
-}
-
-func beUint64(b []byte) uint64 {
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
 // cutTail saves the bytes [pos, end) of the active segment to a .broken file (fsynced),

@@ -1,7 +1,6 @@
 package log
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -22,14 +21,6 @@ const (
 	brokenInfix     = ".broken."
 	checkpointName  = "checkpoint"
 	segmentNameLen  = 20 // zero-padded decimal base offset
-)
-
-// Positions of the batch header fields the log reads (see wire/batch.go). NEVER CHANGE.
-const (
-	batchLengthPos = 8
-	batchCountPos  = 20
-	batchMaxTSPos  = 32
-	batchPrefix    = 12 // base offset + length: what the length field does not count
 )
 
 func segmentName(base int64, suffix string) string {
@@ -96,35 +87,20 @@ func (s *segment) add(base int64, count uint32, size int, maxTS int64, interval 
 	s.next = base + int64(count)
 }
 
-// header is the part of a batch header the log walks by.
-type header struct {
-	base  int64
-	size  int // whole batch
-	count uint32
-	maxTS int64
-}
-
-// headerBytes is how much of a batch header readHeader reads.
-const headerBytes = batchMaxTSPos + 8
-
-// readHeader reads and sanity-checks the header of the batch at pos in a file holding size
-// valid bytes: the length must fit MaxBatch and the file. buf must hold headerBytes.
-func readHeader(f vfs.File, path string, buf []byte, pos, size int64, maxBatch int) (header, error) {
+// readHeader reads the header of the batch at pos in a file holding size valid bytes and
+// checks only its length: within MaxBatch and the file. The rest is left to the CRC check of
+// whoever reads the batch (see Chunk.locate). buf must hold wire.BatchHeaderSize bytes.
+func readHeader(f vfs.File, path string, buf []byte, pos, size int64, maxBatch int) (wire.BatchHeader, error) {
 	if size-pos < wire.BatchHeaderSize {
-		return header{}, fmt.Errorf("%w: %s at %d: %d bytes left, less than a batch header", ErrCorrupt, path, pos, size-pos)
+		return wire.BatchHeader{}, fmt.Errorf("%w: %s at %d: %d bytes left, less than a batch header", ErrCorrupt, path, pos, size-pos)
 	}
-	if _, err := f.ReadAt(buf[:headerBytes], pos); err != nil {
-		return header{}, fmt.Errorf("log: read %s at %d: %w", path, pos, err)
+	if _, err := f.ReadAt(buf[:wire.BatchHeaderSize], pos); err != nil {
+		return wire.BatchHeader{}, fmt.Errorf("log: read %s at %d: %w", path, pos, err)
 	}
-	h := header{
-		base:  int64(binary.BigEndian.Uint64(buf)),
-		size:  wire.BatchSize(buf),
-		count: binary.BigEndian.Uint32(buf[batchCountPos:]),
-		maxTS: int64(binary.BigEndian.Uint64(buf[batchMaxTSPos:])),
-	}
-	if h.size < wire.BatchHeaderSize || h.size > maxBatch || int64(h.size) > size-pos {
-		return header{}, fmt.Errorf("%w: %s at %d: batch length %d outside [%d, %d] or past the end (%d bytes left)",
-			ErrCorrupt, path, pos, h.size, wire.BatchHeaderSize, maxBatch, size-pos)
+	h := wire.PeekBatchHeaderUnchecked(buf)
+	if h.Size() < wire.BatchHeaderSize || h.Size() > maxBatch || int64(h.Size()) > size-pos {
+		return wire.BatchHeader{}, fmt.Errorf("%w: %s at %d: batch length %d outside [%d, %d] or past the end (%d bytes left)",
+			ErrCorrupt, path, pos, h.Size(), wire.BatchHeaderSize, maxBatch, size-pos)
 	}
 	return h, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/log/vfs"
+	"github.com/lightq/lightq/wire"
 )
 
 // Corruption is one problem Verify found.
@@ -122,7 +123,7 @@ func scanDir(dir string, fsys vfs.FS, maxBatch int, batch func(path string, b Ba
 		var (
 			pos  int64
 			buf  []byte
-			head = make([]byte, batchPrefix)
+			head = make([]byte, wire.BatchHeaderSize)
 		)
 		for pos < end {
 			bt, b, size, berr := l.readBatch(f, head, buf, pos, end)
@@ -136,7 +137,7 @@ func scanDir(dir string, fsys vfs.FS, maxBatch int, batch func(path string, b Ba
 				FirstTimestamp: bt.FirstTimestamp, MaxTimestamp: bt.MaxTimestamp}
 			switch {
 			case berr != nil:
-				info.BaseOffset = int64(beUint64(buf))
+				info.BaseOffset = wire.PeekBatchHeaderUnchecked(buf).BaseOffset
 				info.Err = fmt.Errorf("%w: %v", ErrCorrupt, berr)
 				expect = -1 // its record count is not to be trusted: resynchronise on the next batch
 			case expect >= 0 && bt.BaseOffset != expect:

@@ -37,6 +37,7 @@ const (
 	batchCRCOffset    = 12
 	batchCRCStart     = 16
 	batchMagicOffset  = 16
+	batchReservedPos  = 18 // two bytes
 	batchPrefix       = 12 // base offset + batch length: what batch length does not count
 
 	// minRecordSize is the smallest encoded record: five one-byte fields.
@@ -125,10 +126,11 @@ func BatchSize(b []byte) int {
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
 // be checked without the records: the magic, the attributes, the reserved field, and a length
-// that covers at least a header. ParseBatch checks the whole batch. It does not allocate.
+// that covers at least a header. ParseBatch checks the whole batch. It does not allocate
+// unless it fails (the error is formatted); MayBeBatchHeader never does.
 //
-// PeekBatchHeader and ParseBatch are the only code that knows the header's byte positions: a
-// new batch magic is taught here, and every reader (broker, log, client) follows.
+// This file is the only code that knows the header's byte positions: a new batch magic is
+// taught here, and every reader (broker, log, client) follows.
 func PeekBatchHeader(b []byte) (BatchHeader, error) {
 	if len(b) < BatchHeaderSize {
 		return BatchHeader{}, fmt.Errorf("%w: %d bytes is shorter than a batch header", ErrCorruptBatch, len(b))
@@ -138,19 +140,7 @@ func PeekBatchHeader(b []byte) (BatchHeader, error) {
 	default:
 		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic)
 	}
-	r := NewReader(b[:BatchHeaderSize])
-	h := BatchHeader{
-		BaseOffset: r.I64(),
-		Length:     r.U32(),
-		CRC:        r.U32(),
-		Magic:      r.U8(),
-		Attributes: r.U8(),
-	}
-	reserved := r.U16()
-	h.RecordCount = r.U32()
-	h.FirstTimestamp = r.I64()
-	h.MaxTimestamp = r.I64()
-	h.RecordsSize = r.U32()
+	h, reserved := decodeBatchHeader(b)
 	switch {
 	case h.Size() < BatchHeaderSize:
 		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
@@ -160,6 +150,44 @@ func PeekBatchHeader(b []byte) (BatchHeader, error) {
 		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
 	}
 	return h, nil
+}
+
+// MayBeBatchHeader is the first filter of a scan that tries every byte position for the start
+// of a batch (log recovery): false means PeekBatchHeader refuses b. It tests only the length,
+// the magic and the reserved field, is inlined, and never allocates (PeekBatchHeader does
+// when it fails), so the scan calls PeekBatchHeader only where a batch may start. Whatever
+// magic PeekBatchHeader learns, this learns too.
+func MayBeBatchHeader(b []byte) bool {
+	return len(b) >= BatchHeaderSize && b[batchMagicOffset] == BatchMagic && b[batchReservedPos]|b[batchReservedPos+1] == 0
+}
+
+// PeekBatchHeaderUnchecked decodes the header fields of the batch at the start of b, which
+// must hold BatchHeaderSize bytes, without checking any of them. It is for walkers that go by
+// the length field alone and leave damage to the CRC check, so that a flipped bit in one
+// batch does not hide the batches after it (log reads), and for reports on a batch that
+// PeekBatchHeader or ParseBatch refused. It does not allocate.
+func PeekBatchHeaderUnchecked(b []byte) BatchHeader {
+	h, _ := decodeBatchHeader(b)
+	return h
+}
+
+// decodeBatchHeader decodes the header fields at the start of b, which must hold
+// BatchHeaderSize bytes.
+func decodeBatchHeader(b []byte) (h BatchHeader, reserved uint16) {
+	r := NewReader(b[:BatchHeaderSize])
+	h = BatchHeader{
+		BaseOffset: r.I64(),
+		Length:     r.U32(),
+		CRC:        r.U32(),
+		Magic:      r.U8(),
+		Attributes: r.U8(),
+	}
+	reserved = r.U16()
+	h.RecordCount = r.U32()
+	h.FirstTimestamp = r.I64()
+	h.MaxTimestamp = r.I64()
+	h.RecordsSize = r.U32()
+	return h, reserved
 }
 
 // SetBaseOffset rewrites the base offset of the encoded batch b in place. The CRC does not

@@ -483,6 +483,12 @@ func TestPeekBatchHeader(t *testing.T) {
 	if h != full.BatchHeader {
 		t.Fatalf("peek %+v, parse %+v", h, full.BatchHeader)
 	}
+	if !wire.MayBeBatchHeader(b) {
+		t.Fatal("MayBeBatchHeader refuses a valid header")
+	}
+	if u := wire.PeekBatchHeaderUnchecked(b); u != h {
+		t.Fatalf("PeekBatchHeaderUnchecked %+v, want %+v", u, h)
+	}
 	if h.Size() != len(b) || h.NextOffset() != 77+int64(len(varietyRecords())) {
 		t.Fatalf("size %d next %d", h.Size(), h.NextOffset())
 	}

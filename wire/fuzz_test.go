@@ -105,6 +105,11 @@ func FuzzBatch(f *testing.F) {
 			data = bytes.Clone(data)
 			fixCRC(data)
 		}
+		// The header decoders agree.
+		h, herr := wire.PeekBatchHeader(data)
+		if herr == nil && (!wire.MayBeBatchHeader(data) || wire.PeekBatchHeaderUnchecked(data) != h) {
+			t.Fatal("MayBeBatchHeader or PeekBatchHeaderUnchecked disagrees with PeekBatchHeader")
+		}
 		bt, err := wire.ParseBatch(data, limit)
 		if err != nil {
 			return

@@ -1,8 +1,8 @@
 // Package vfs is the file system seam of the log: every file operation of package log goes
 // through an FS, so tests can inject faults and simulate power loss.
 //
-// OS is the real file system. CrashFS writes through to real files but keeps, beside them, the
-// image a power cut would leave behind (see crash.go); broker tests use it too.
+// OS is the real file system. The power-loss simulator for tests is crashfs.FS, in the package
+// beside this one (log/vfs/crashfs), so production binaries do not link it.
 package vfs
 
 import (

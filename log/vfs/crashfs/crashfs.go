@@ -1,4 +1,8 @@
-package vfs
+// Package crashfs is a vfs.FS for tests that simulates power loss, process death and disk
+// faults: FS writes through to the real files and keeps beside them the image a power cut
+// would leave. It lives apart from package vfs so that production binaries do not link it;
+// only tests import it (log's fault, crash and fuzz tests).
+package crashfs
 
 import (
 	"errors"
@@ -11,25 +15,29 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/lightq/lightq/log/vfs"
 )
 
-// ErrKilled is returned by every CrashFS operation after the simulated process death that
+var _ vfs.FS = (*FS)(nil)
+
+// ErrKilled is returned by every FS operation after the simulated process death that
 // KillAfter arranges, and by files opened before the last Crash.
-var ErrKilled = errors.New("vfs: simulated process death")
+var ErrKilled = errors.New("crashfs: simulated process death")
 
 // sectorSize is the unit in which Crash tears a write.
 const sectorSize = 512
 
-// Op names a kind of CrashFS operation, for Fault and Killed.
+// Op names a kind of FS operation, for Fault and Killed.
 type Op string
 
-// The operations CrashFS counts. Every one of them mutates the file system and is a possible
+// The operations FS counts. Every one of them mutates the file system and is a possible
 // crash point for KillAfter.
 const (
 	OpCreate   Op = "create"   // OpenFile that creates the file
 	OpWrite    Op = "write"    // Write and WriteAt
 	OpTruncate Op = "truncate" // Truncate, and OpenFile with O_TRUNC
-	OpSync     Op = "sync"     // File.Sync
+	OpSync     Op = "sync"     // vfs.File.Sync
 	OpSyncDir  Op = "syncdir"  // FS.SyncDir
 	OpRename   Op = "rename"
 	OpRemove   Op = "remove"
@@ -44,9 +52,9 @@ type Fault struct {
 	Short bool   // OpWrite only: write the first half of the buffer, then fail with Err
 }
 
-// CrashFS is an FS that writes through to the real files (so reads and sendfile see what was
+// FS is a vfs.FS that writes through to the real files (so reads and sendfile see what was
 // written) while keeping, per file and per directory, the "durable image" a power cut would
-// leave: file contents are updated only by File.Sync, directory entries only by SyncDir.
+// leave: file contents are updated only by vfs.File.Sync, directory entries only by SyncDir.
 //
 // Crash simulates the power cut: every tracked file is rebuilt from its durable image, and each
 // write made since the file's last Sync is, at random, applied, dropped, torn at 512-byte
@@ -62,8 +70,8 @@ type Fault struct {
 // change nothing, as if the process died there, until Crash. Fault state lives here, never in
 // the code under test.
 //
-// All methods are safe for concurrent use. The zero value is not usable: call NewCrashFS.
-type CrashFS struct {
+// All methods are safe for concurrent use. The zero value is not usable: call New.
+type FS struct {
 	mu      sync.RWMutex
 	dirs    map[string]*crashDir
 	handles map[*crashFile]struct{}
@@ -100,14 +108,14 @@ type pendingWrite struct {
 	data     []byte
 }
 
-// NewCrashFS returns a CrashFS with no faults. Directories are tracked from their first use;
+// New returns an FS with no faults. Directories are tracked from their first use;
 // files that exist then are taken as durable.
-func NewCrashFS() *CrashFS {
-	return &CrashFS{dirs: map[string]*crashDir{}, handles: map[*crashFile]struct{}{}, space: -1}
+func New() *FS {
+	return &FS{dirs: map[string]*crashDir{}, handles: map[*crashFile]struct{}{}, space: -1}
 }
 
 // Inject arms a fault.
-func (c *CrashFS) Inject(f Fault) {
+func (c *FS) Inject(f Fault) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f.Nth < 1 {
@@ -118,7 +126,7 @@ func (c *CrashFS) Inject(f Fault) {
 
 // SetSpace lets writes add n more bytes, after which they fail with ENOSPC (a write that
 // does not fit writes what fits first). n < 0 removes the limit.
-func (c *CrashFS) SetSpace(n int64) {
+func (c *FS) SetSpace(n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.space = n
@@ -126,30 +134,30 @@ func (c *CrashFS) SetSpace(n int64) {
 
 // KillAfter makes the nth mutating operation from now (1 = the next) and every later one fail
 // with ErrKilled without effect, until Crash. n <= 0 disarms it.
-func (c *CrashFS) KillAfter(n int) {
+func (c *FS) KillAfter(n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.killAfter = n
 }
 
 // Killed reports whether the process is "dead", and at which operation and path it died.
-func (c *CrashFS) Killed() (dead bool, op Op, path string) {
+func (c *FS) Killed() (dead bool, op Op, path string) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.killed != "", c.killed, c.killedAt
 }
 
 // Ops is the number of mutating operations so far, for choosing kill points.
-func (c *CrashFS) Ops() int {
+func (c *FS) Ops() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.ops
 }
 
-// Crash simulates a power cut and reboot (see CrashFS). Files opened before it are dead: their
+// Crash simulates a power cut and reboot (see FS). Files opened before it are dead: their
 // descriptors are closed and every method fails with ErrKilled. Crash clears every fault and
 // the kill; the byte budget stays.
-func (c *CrashFS) Crash(rng *rand.Rand) error {
+func (c *FS) Crash(rng *rand.Rand) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for h := range c.handles {
@@ -263,7 +271,7 @@ func (ino *inode) apply() {
 }
 
 // dir returns the tracked state of directory name, snapshotting it on first use. c.mu held.
-func (c *CrashFS) dir(name string) (*crashDir, error) {
+func (c *FS) dir(name string) (*crashDir, error) {
 	name = filepath.Clean(name)
 	if d, ok := c.dirs[name]; ok {
 		return d, nil
@@ -290,7 +298,7 @@ func (c *CrashFS) dir(name string) (*crashDir, error) {
 
 // step counts one mutating operation and returns the error it must fail with, if any: the
 // kill, or an injected fault. c.mu held.
-func (c *CrashFS) step(op Op, path string) (fault *Fault, err error) {
+func (c *FS) step(op Op, path string) (fault *Fault, err error) {
 	if c.killed != "" {
 		return nil, ErrKilled
 	}
@@ -321,7 +329,7 @@ func pathErr(op Op, path string, err error) error {
 }
 
 // OpenFile opens or creates a real file and tracks it.
-func (c *CrashFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+func (c *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.killed != "" {
@@ -367,7 +375,7 @@ func (c *CrashFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error
 }
 
 // Remove removes a real file; the removal is durable after SyncDir.
-func (c *CrashFS) Remove(name string) error {
+func (c *FS) Remove(name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, err := c.dir(filepath.Dir(name))
@@ -390,7 +398,7 @@ func (c *CrashFS) Remove(name string) error {
 
 // Rename renames a real file; the rename is durable after SyncDir. A rename across
 // directories is modelled as a create in the new one and a remove in the old one.
-func (c *CrashFS) Rename(oldpath, newpath string) error {
+func (c *FS) Rename(oldpath, newpath string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	od, err := c.dir(filepath.Dir(oldpath))
@@ -424,7 +432,7 @@ func (c *CrashFS) Rename(oldpath, newpath string) error {
 }
 
 // MkdirAll creates directories; they are durable at once.
-func (c *CrashFS) MkdirAll(path string, perm fs.FileMode) error {
+func (c *FS) MkdirAll(path string, perm fs.FileMode) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.killed != "" {
@@ -434,7 +442,7 @@ func (c *CrashFS) MkdirAll(path string, perm fs.FileMode) error {
 }
 
 // ReadDir lists the real directory.
-func (c *CrashFS) ReadDir(name string) ([]fs.DirEntry, error) {
+func (c *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, err := c.dir(name); err != nil {
@@ -445,7 +453,7 @@ func (c *CrashFS) ReadDir(name string) ([]fs.DirEntry, error) {
 
 // SyncDir makes the directory's entries durable. It does not call fsync: the durable image
 // is simulated.
-func (c *CrashFS) SyncDir(name string) error {
+func (c *FS) SyncDir(name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, err := c.dir(name)
@@ -460,7 +468,7 @@ func (c *CrashFS) SyncDir(name string) error {
 }
 
 type crashFile struct {
-	fs         *CrashFS
+	fs         *FS
 	f          *os.File
 	ino        *inode
 	gen        int

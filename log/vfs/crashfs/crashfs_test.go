@@ -1,4 +1,4 @@
-package vfs
+package crashfs
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 func TestCrashKeepsSyncedDropsUnsyncedCreate(t *testing.T) {
 	for seed := range uint64(50) {
 		dir := t.TempDir()
-		c := NewCrashFS()
+		c := New()
 		f, err := c.OpenFile(filepath.Join(dir, "a"), os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func TestCrashKeepsSyncedDropsUnsyncedCreate(t *testing.T) {
 
 func TestFaults(t *testing.T) {
 	dir := t.TempDir()
-	c := NewCrashFS()
+	c := New()
 	f, _ := c.OpenFile(filepath.Join(dir, "a"), os.O_RDWR|os.O_CREATE, 0o644)
 	c.Inject(Fault{Op: OpSync, Nth: 2, Err: syscall.EIO})
 	if f.Sync() != nil || !errors.Is(f.Sync(), syscall.EIO) || f.Sync() != nil {
