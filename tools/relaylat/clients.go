@@ -18,7 +18,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/lightq/lightq/tools/internal/pace"
+	"github.com/lightq/lightq/internal/pace"
 )
 
 // measure starts the relay process, connects the producer and the consumer through it, runs
@@ -137,7 +137,7 @@ func connect(ctx context.Context, addr string, role byte) (*net.TCPConn, error) 
 }
 
 // produce sends cfg.count messages at cfg.rate, one write(2) each, paced exactly as lqbench
-// --rate paces (tools/internal/pace), then closes its side for writing. It notes the time of
+// --rate paces (internal/pace), then closes its side for writing. It notes the time of
 // each write in sends and returns the time of the first slot.
 func produce(c *net.TCPConn, cfg config, sends []atomic.Int64) (time.Time, error) {
 	msg := make([]byte, cfg.size)

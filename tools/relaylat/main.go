@@ -15,7 +15,7 @@
 //
 // The producer sends -size byte messages at -rate for -duration (or -count messages), each
 // with its own write(2), as LightQ's producer does with linger off; it paces with
-// tools/internal/pace, exactly as lqbench --rate. A message starts with its intended send
+// internal/pace, exactly as lqbench --rate. A message starts with its intended send
 // time (unix ns, big-endian) and its sequence number (8 bytes each). The consumer reads
 // message-size chunks, checks that every message arrives once and in order, and records
 // latency in HDR histograms (1 µs..100 s, 3 significant digits) from the intended slot

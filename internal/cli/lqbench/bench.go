@@ -1,4 +1,4 @@
-// Package bench is the engine of lqbench: it produces and consumes messages through the Go
+// Package lqbench is the lqbench command and its engine: it produces and consumes messages through the Go
 // client and reports throughput as the original LightQ's lightq-producer and lightq-consumer
 // did, plus end-to-end latency percentiles from timestamps carried in every message.
 //
@@ -13,7 +13,7 @@
 //
 // Concurrency: Run starts its own goroutines and returns when they are done; a Config is
 // read-only during Run.
-package bench
+package lqbench
 
 import (
 	"context"

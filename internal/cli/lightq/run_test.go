@@ -1,4 +1,4 @@
-package main
+package lightq
 
 import (
 	"bufio"
@@ -89,7 +89,7 @@ func runDirect(t *testing.T, args []string, env map[string]string) (code int, st
 	defer cancel()
 	safe := []string{"--addr", freeAddr(t), "--data-dir", t.TempDir(), "--hash-params", testHashParams}
 	var out, errb syncBuffer
-	code = run(ctx, append(safe, args...), envFunc(env), &out, &errb)
+	code = Main(ctx, append(safe, args...), envFunc(env), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -105,7 +105,7 @@ func startRun(t *testing.T, addr string, args []string, env map[string]string) *
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
-	go func() { r.done <- run(ctx, args, envFunc(env), &bytes.Buffer{}, r.stderr) }()
+	go func() { r.done <- Main(ctx, args, envFunc(env), &bytes.Buffer{}, r.stderr) }()
 	t.Cleanup(func() { r.stop(t) })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -292,7 +292,7 @@ func TestRunListenFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var stderr syncBuffer
-	code := run(ctx, []string{"--addr", ln.Addr().String(), "--data-dir", t.TempDir(), "--hash-params", testHashParams, "--log-format", "json"},
+	code := Main(ctx, []string{"--addr", ln.Addr().String(), "--data-dir", t.TempDir(), "--hash-params", testHashParams, "--log-format", "json"},
 		envFunc(map[string]string{"LIGHTQ_ADMIN_PASSWORD": "pw-for-listen-failure"}), &bytes.Buffer{}, &stderr)
 	if code != 1 {
 		t.Errorf("exit %d with the address taken, want 1; log:\n%s", code, stderr.String())

@@ -1,4 +1,4 @@
-package bench
+package lqbench
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package bench
+package lqbench
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/client"
-	"github.com/lightq/lightq/tools/internal/pace"
+	"github.com/lightq/lightq/internal/pace"
 )
 
 // produceStats is what the producers measured.

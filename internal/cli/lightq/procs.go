@@ -1,4 +1,4 @@
-package main
+package lightq
 
 import (
 	"runtime"
@@ -9,7 +9,7 @@ import (
 const maxEventLoops = 256
 
 // baseProcs is GOMAXPROCS as the runtime chose it (the CPUs this process may use, cgroup
-// limits included), read once: run may be called more than once in a process (tests).
+// limits included), read once: Main may be called more than once in a process (tests).
 var baseProcs = sync.OnceValue(func() int { return runtime.GOMAXPROCS(0) })
 
 // defaultEventLoops is the number of event loops when the configuration says 0: one per CPU

@@ -1,4 +1,4 @@
-package main
+package lightq
 
 import (
 	"bufio"
@@ -46,7 +46,7 @@ func buildBinary(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/lightq/lightq/cmd/lightq").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

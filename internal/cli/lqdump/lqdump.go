@@ -1,15 +1,22 @@
-package log
+// Package lqdump is the lqdump command: cmd/lqdump is a thin main around Main, which lists
+// or verifies the segment files of one durable partition with the log package's Dump and
+// Verify. It only reads the files; run it on a stopped broker's data, or on a copy.
+//
+// Main may run concurrently with itself; runs share nothing.
+package lqdump
 
 import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/lightq/lightq/log"
 )
 
-// DumpMain is the whole of the lqdump command, so that it can be tested: it parses args,
+// Main is the whole of the lqdump command, so that it can be tested: it parses args,
 // dumps or verifies one partition directory, and returns the exit code (0 fine, 1 corruption
 // or an error reading, 2 bad usage).
-func DumpMain(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lqdump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	verify := fs.Bool("verify", false, "check every batch's header and CRC instead of listing them")
@@ -30,13 +37,13 @@ func DumpMain(args []string, stdout, stderr io.Writer) int {
 	}
 	dir := fs.Arg(0)
 	if !*verify {
-		if err := Dump(stdout, dir, nil, *maxBatch); err != nil {
+		if err := log.Dump(stdout, dir, nil, *maxBatch); err != nil {
 			fmt.Fprintln(stderr, "lqdump:", err)
 			return 1
 		}
 		return 0
 	}
-	problems, err := Verify(dir, nil, *maxBatch)
+	problems, err := log.Verify(dir, nil, *maxBatch)
 	if err != nil {
 		fmt.Fprintln(stderr, "lqdump:", err)
 		return 1

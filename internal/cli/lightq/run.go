@@ -1,4 +1,4 @@
-package main
+package lightq
 
 import (
 	"bufio"
@@ -26,9 +26,10 @@ import (
 //go:embed default.conf
 var defaultConf string
 
-// run starts the broker and serves until ctx ends, then shuts down gracefully. It returns
-// the process exit code: 0 after a clean shutdown, 1 when the broker fails, 2 on bad usage.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// Main is the whole of the lightq command, so that tests run it in-process: it starts the
+// broker and serves until ctx ends, then shuts down gracefully. It returns the process exit
+// code: 0 after a clean shutdown, 1 when the broker fails, 2 on bad usage.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	settings, err := parseConf(defaultConf, "embedded default.conf")
 	if err != nil {
 		fmt.Fprintln(stderr, "lightq:", err)
