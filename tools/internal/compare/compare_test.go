@@ -25,7 +25,7 @@ func TestSmoke(t *testing.T) {
 	}
 	cfg := defaultConfig()
 	cfg.Rounds = 1
-	cfg.Repo = "../.."
+	cfg.Repo = "../../.."
 	cfg.QuietIdle = 0
 	cfg.RunTimeout = 60 * time.Second
 	cfg.Msgs100, cfg.Msgs1K, cfg.FanoutMsgs, cfg.FanoutSubs = 3000, 1000, 1000, 2
