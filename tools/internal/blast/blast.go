@@ -1,6 +1,7 @@
-// Command blast measures the physical limit the broker works within: raw TCP throughput
-// between two processes on loopback, with the socket buffer sizes the broker uses (1 MiB
-// SO_SNDBUF and SO_RCVBUF) and writes the size of an lqbench producer batch (512 KiB).
+// Package blast is the blast command (tools/blast is its main), which measures the physical
+// limit the broker works within: raw TCP throughput between two processes on loopback, with
+// the socket buffer sizes the broker uses (1 MiB SO_SNDBUF and SO_RCVBUF) and writes the size
+// of an lqbench producer batch (512 KiB).
 //
 //	blast [-bytes N] [-write 524288] [-read 65536] [-sndbuf 1048576] [-rcvbuf 1048576] [-json]
 //
@@ -9,7 +10,7 @@
 // producer and a broker are. The rate is bytes / (first byte received .. EOF), like a
 // subscriber's rate in lqbench and nats bench. Output: one line of key=value pairs, or with
 // -json one JSON object {"bytes","seconds","mb_per_sec","gbit_per_sec",...}.
-package main
+package blast
 
 import (
 	"context"
@@ -27,10 +28,6 @@ import (
 	"time"
 )
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
 type result struct {
 	Bytes      int64   `json:"bytes"`
 	Seconds    float64 `json:"seconds"`
@@ -43,7 +40,11 @@ type result struct {
 	Reads      int64   `json:"reads"`
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// Main is the whole of the blast command: it parses args (without the program name) and
+// returns the exit code: 0 done (or -h), 1 the run failed, 2 bad usage. It starts a copy of
+// the running executable as the sender, so the executable must call Main with its own
+// arguments, as tools/blast does.
+func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("blast", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	total := fs.Int64("bytes", 4<<30, "bytes to send")

@@ -1,6 +1,7 @@
-// Command compare runs the same benchmark cases against LightQ and NATS on this machine,
-// alternating the two (A B A B ...) for several rounds, and prints one table: per case
-// LightQ's median, NATS's median, and the ratio with its min and max over rounds.
+// Package compare is the compare command (tools/compare is its main): it runs the same
+// benchmark cases against LightQ and NATS on this machine, alternating the two (A B A B ...)
+// for several rounds, and prints one table: per case LightQ's median, NATS's median, and the
+// ratio with its min and max over rounds.
 //
 //	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,fsync,latency,tcp,sizes]
 //	                       [-doc docs/PERFORMANCE.md] [-svg docs/throughput-by-size.svg]
@@ -20,7 +21,7 @@
 // (others_cpu_pct, steal_pct): high values mean a noisy figure.
 //
 // stderr: one line per measurement (key=value) and progress; stdout: the table.
-package main
+package compare
 
 import (
 	"context"
@@ -29,11 +30,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -92,12 +91,6 @@ func defaultConfig() Config {
 		JSBatch: 500, PeersBin: filepath.Join(cache, "lightq-compare", "bin"), Install: true,
 		Log: os.Stderr,
 	}
-}
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // Main parses flags, runs the comparison and prints the table; it returns the exit code.

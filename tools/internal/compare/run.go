@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 	r := &runner{cfg: cfg, bin: filepath.Join(work, "bin"), work: work, logf: logf}
 
 	logf("building lightq, lqbench, blast, relaylat")
-	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin+"/", "./cmd/lightq", "./cmd/lqbench", "./tools/internal/blast", "./tools/internal/relaylat")
+	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin+"/", "./cmd/lightq", "./cmd/lqbench", "./tools/blast", "./tools/relaylat")
 	build.Dir = cfg.Repo
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)

@@ -1,4 +1,4 @@
-package main
+package relaylat
 
 import (
 	"context"

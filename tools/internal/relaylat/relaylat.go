@@ -1,6 +1,7 @@
-// Command relaylat measures the latency of the least a broker can do on this machine: a paced
-// producer, a relay that only copies bytes (written the ordinary Go way, a goroutine per
-// connection), and a consumer, on loopback. It is the latency counterpart of tools/blast (the
+// Package relaylat is the relaylat command (tools/relaylat is its main), which measures the
+// latency of the least a broker can do on this machine: a paced producer, a relay that only
+// copies bytes (written the ordinary Go way, a goroutine per connection), and a consumer, on
+// loopback. It is the latency counterpart of tools/blast (the
 // raw TCP throughput limit), though not a hard bound: how the relay waits for input matters
 // at the tail, and LightQ's gnet broker has measured below it at the p99.
 //
@@ -26,7 +27,7 @@
 // "msgs_per_sec","p50_us",...,"send_max_us","relay_reads","cpu_s","relay_cpu_s"}.
 // msgs_per_sec is messages / (first send .. last receive), as lqbench e2e; cpu_s is the CPU
 // time of the producer+consumer process, relay_cpu_s the relay's.
-package main
+package relaylat
 
 import (
 	"context"
@@ -40,10 +41,6 @@ import (
 	"syscall"
 	"time"
 )
-
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
 
 // maxCount bounds the messages of one run: the send log takes 8 bytes per message.
 const maxCount = 1 << 24
@@ -84,7 +81,12 @@ type result struct {
 	RelayCPUSeconds float64 `json:"relay_cpu_s"` // the relay process
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// Main is the whole of the relaylat command, so that tests run it in-process: it parses args
+// (without the program name) and returns the exit code: 0 done (or -h), 1 the run failed,
+// 2 bad usage. It starts a copy of the running executable as the other process, so the
+// executable must call Main with its own arguments (tools/relaylat does; a test binary does in
+// TestMain).
+func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("relaylat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	rate := fs.Int("rate", 50000, "messages per second (open loop)")

@@ -1,4 +1,4 @@
-package main
+package relaylat
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) {
 	const childEnv = "RELAYLAT_TEST_AS_MAIN"
 	if os.Getenv(childEnv) == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Setenv(childEnv, "1")
 	os.Exit(m.Run())
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 // Nothing here depends on how fast the machine is.
 func TestRun(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"-json", "-count", "2000", "-rate", "20000", "-timeout", "60s"}, &out, &errb); code != 0 {
+	if code := Main([]string{"-json", "-count", "2000", "-rate", "20000", "-timeout", "60s"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d, stderr: %s", code, errb.String())
 	}
 	var r result
@@ -65,7 +65,7 @@ func TestRun(t *testing.T) {
 // TestTextOutput: without -json, one line of key=value pairs with every figure.
 func TestTextOutput(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"-count", "100", "-rate", "20000", "-size", "16", "-timeout", "60s"}, &out, &errb); code != 0 {
+	if code := Main([]string{"-count", "100", "-rate", "20000", "-size", "16", "-timeout", "60s"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d, stderr: %s", code, errb.String())
 	}
 	s := out.String()
@@ -87,12 +87,12 @@ func TestBadFlags(t *testing.T) {
 		{"-timeout", "0"}, {"-nosuch"}, {"extra"}, {"-rate", "x"},
 	} {
 		var out, errb bytes.Buffer
-		if code := run(args, &out, &errb); code != 2 || errb.Len() == 0 || out.Len() != 0 {
+		if code := Main(args, &out, &errb); code != 2 || errb.Len() == 0 || out.Len() != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 with a message", args, code, out.String(), errb.String())
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"-h"}, &out, &errb); code != 0 {
+	if code := Main([]string{"-h"}, &out, &errb); code != 0 {
 		t.Errorf("-h: exit %d", code)
 	}
 }
