@@ -178,7 +178,7 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 		if kind != wire.KindDurable {
 			return fmt.Errorf("--fsync needs --kind durable")
 		}
-		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: "fsync", Value: o.fsync})
+		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: wire.OptionFsync, Value: o.fsync})
 	}
 	switch o.acks {
 	case "none":

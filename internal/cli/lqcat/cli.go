@@ -299,10 +299,20 @@ func isBool(f *flag.Flag) bool {
 	return ok && b.IsBoolFlag()
 }
 
-// connect dials the broker. admin insists on the admin's credentials; otherwise the topic
-// user's are used when given, else the admin's.
-func (r *runner) connect(ctx context.Context, admin bool) (*client.Conn, error) {
+// credentials says whose credentials a connection logs in with.
+type credentials int
+
+const (
+	// topicUserOrAdmin: the topic user's when their password is given, else the admin's.
+	topicUserOrAdmin credentials = iota
+	// adminOnly: the admin's (topic create and delete).
+	adminOnly
+)
+
+// connect dials the broker and logs in with the credentials who names.
+func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, error) {
 	c := &r.c
+	admin := who == adminOnly
 	user, pass := c.user, c.password
 	if admin || pass == "" {
 		user, pass = c.adminUser, c.adminPassword
@@ -340,8 +350,8 @@ func (r *runner) reqCtx(ctx context.Context) (context.Context, context.CancelFun
 
 // request connects for a short administrative exchange: it returns the connection, a context
 // bounded by the request timeout, and done, which releases both.
-func (r *runner) request(ctx context.Context, admin bool) (*client.Conn, context.Context, func(), error) {
-	conn, err := r.connect(ctx, admin)
+func (r *runner) request(ctx context.Context, who credentials) (*client.Conn, context.Context, func(), error) {
+	conn, err := r.connect(ctx, who)
 	if err != nil {
 		return nil, nil, nil, err
 	}

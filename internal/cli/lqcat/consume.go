@@ -149,7 +149,7 @@ var errStop = errors.New("enough")
 
 // consume prints messages of a durable or transient topic.
 func (r *runner) consume(ctx context.Context, cc consumeConfig) error {
-	conn, err := r.connect(ctx, false)
+	conn, err := r.connect(ctx, topicUserOrAdmin)
 	if err != nil {
 		return err
 	}

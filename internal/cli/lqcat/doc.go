@@ -76,5 +76,6 @@
 // cli.go (Main, usage, common flags, argument parsing, connecting), mode.go (-P/-C/-L flag
 // checks), produce.go (streaming input splitter, producer, failure report), consume.go
 // (-o, durable and transient consumption, commits), format.go (escapes, -f, JSON),
-// meta.go (-L, topic, stats), group.go (group describe/reset/list), errors.go (exit codes).
+// meta.go (-L), topic.go (topic create/delete/list, the create flags as topic options),
+// stats.go (stats), group.go (group describe/reset/list), errors.go (exit codes).
 package lqcat

@@ -139,7 +139,7 @@ type groupRow struct {
 }
 
 func (r *runner) groupDescribe(ctx context.Context, group, topic string, part partFlag) error {
-	conn, ctx, done, err := r.request(ctx, false)
+	conn, ctx, done, err := r.request(ctx, topicUserOrAdmin)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (r *runner) groupDescribe(ctx context.Context, group, topic string, part pa
 			rows = append(rows, newGroupRow(group, md.Name, p, offs[i]))
 		}
 	}
-	return r.printGroupRows(rows, false)
+	return r.printGroupRows(rows, describeTable)
 }
 
 func newGroupRow(group, topic string, p wire.PartitionMetadata, committed int64) groupRow {
@@ -176,7 +176,15 @@ func newGroupRow(group, topic string, p wire.PartitionMetadata, committed int64)
 	return row
 }
 
-func (r *runner) printGroupRows(rows []groupRow, reset bool) error {
+// groupTable is which table printGroupRows prints: reset's has the PREVIOUS column.
+type groupTable int
+
+const (
+	describeTable groupTable = iota // group describe: committed offsets and lag
+	resetTable                      // group reset: the offsets before and after
+)
+
+func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 	if r.c.json {
 		for _, row := range rows {
 			if err := writeJSONLine(r.stdout, row); err != nil {
@@ -192,7 +200,7 @@ func (r *runner) printGroupRows(rows []groupRow, reset bool) error {
 		return strconv.FormatInt(v, 10)
 	}
 	tw := tabwriter.NewWriter(r.stdout, 0, 4, 2, ' ', 0)
-	if reset {
+	if table == resetTable {
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tPREVIOUS\tCOMMITTED\tLATEST\tLAG")
 	} else {
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tLATEST\tLAG")
@@ -202,7 +210,7 @@ func (r *runner) printGroupRows(rows []groupRow, reset bool) error {
 		if row.Lag != nil {
 			lag = num(*row.Lag)
 		}
-		if reset {
+		if table == resetTable {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(*row.Previous), num(row.Committed), row.Latest, lag)
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(row.Committed), row.Latest, lag)
@@ -217,7 +225,7 @@ type resetTarget struct {
 }
 
 func (r *runner) groupReset(ctx context.Context, group, topic string, part partFlag, tgt resetTarget, dryRun bool) error {
-	conn, ctx, done, err := r.request(ctx, false)
+	conn, ctx, done, err := r.request(ctx, topicUserOrAdmin)
 	if err != nil {
 		return err
 	}
@@ -265,7 +273,7 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 		row.Previous = &prev
 		rows = append(rows, row)
 	}
-	return r.printGroupRows(rows, true)
+	return r.printGroupRows(rows, resetTable)
 }
 
 // groupList checks candidate groups against every durable topic (or -t's) and lists those
@@ -276,7 +284,7 @@ func (r *runner) groupList(ctx context.Context, groups []string, topic string) e
 			return usageErr("--groups: group names must be 1-%d bytes", wire.MaxGroupName)
 		}
 	}
-	conn, ctx, done, err := r.request(ctx, false)
+	conn, ctx, done, err := r.request(ctx, topicUserOrAdmin)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (f *failures) add(where string, err error) {
 // produce sends the messages of stdin or the files and waits for their acknowledgements.
 func (r *runner) produce(ctx context.Context, p produceConfig) error {
 	p.json = r.c.json
-	conn, err := r.connect(ctx, false)
+	conn, err := r.connect(ctx, topicUserOrAdmin)
 	if err != nil {
 		return err
 	}
