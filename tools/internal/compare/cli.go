@@ -21,6 +21,12 @@
 // (others_cpu_pct, steal_pct): high values mean a noisy figure.
 //
 // stderr: one line per measurement (key=value) and progress; stdout: the table.
+//
+// Files: cli.go (Config, flags, Main), run.go (Run: build, rounds, report), cases.go (the
+// cases, their rows and targets), lightq.go and nats.go (each side's clients per case),
+// floors.go (relaylat and blast, no broker), brokers.go (starting a fresh broker), peers.go
+// (the pinned NATS peers), measure.go (one measurement), proc.go (processes, CPU, noise),
+// report.go (table, doc section, raw file), svg.go (the plot).
 package compare
 
 import (
@@ -193,7 +199,7 @@ func contains(list []string, s string) bool {
 // render re-renders an earlier run from its -raw file.
 func render(cfg Config, raw string, stdout, stderr io.Writer) int {
 	r := &runner{cfg: cfg}
-	rep := newReport(cfg, r.cases(), false)
+	rep := newReport(cfg, r.cases())
 	err := rep.loadRaw(raw)
 	if err == nil && cfg.SVGPath != "" {
 		err = os.WriteFile(cfg.SVGPath, rep.svg(), 0o644)

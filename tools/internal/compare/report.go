@@ -20,7 +20,7 @@ import (
 type report struct {
 	cfg      Config
 	cases    []caseDef
-	hasNATS  bool
+	hasNATS  bool                           // a NATS column: Run sets it when the peers run, loadRaw when the file has NATS samples
 	data     map[string]map[string][]sample // case id -> side -> per round (nil: failed)
 	failed   int
 	date     time.Time
@@ -28,8 +28,8 @@ type report struct {
 	machine  string
 }
 
-func newReport(cfg Config, cases []caseDef, hasNATS bool) *report {
-	return &report{cfg: cfg, cases: cases, hasNATS: hasNATS, data: map[string]map[string][]sample{},
+func newReport(cfg Config, cases []caseDef) *report {
+	return &report{cfg: cfg, cases: cases, data: map[string]map[string][]sample{},
 		date: time.Now().UTC(), machine: machine()}
 }
 
