@@ -1,6 +1,7 @@
-// Package lqbench is the lqbench command and its engine: it produces and consumes messages through the Go
-// client and reports throughput as the original LightQ's lightq-producer and lightq-consumer
-// did, plus end-to-end latency percentiles from timestamps carried in every message.
+// Package lqbench is the lqbench command (cmd/lqbench is a thin main around Main) and its
+// engine: it produces and consumes messages through the Go client and reports throughput as
+// the original LightQ's lightq-producer and lightq-consumer did, plus end-to-end latency
+// percentiles from timestamps carried in every message.
 //
 // Each message value starts with a 16-byte stamp: the intended send time (unix ns) and the
 // message's sequence number. With a rate limit every message is stamped, and the intended

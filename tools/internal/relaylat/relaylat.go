@@ -1,9 +1,9 @@
 // Package relaylat is the relaylat command (tools/relaylat is its main), which measures the
 // latency of the least a broker can do on this machine: a paced producer, a relay that only
 // copies bytes (written the ordinary Go way, a goroutine per connection), and a consumer, on
-// loopback. It is the latency counterpart of tools/blast (the
-// raw TCP throughput limit), though not a hard bound: how the relay waits for input matters
-// at the tail, and LightQ's gnet broker has measured below it at the p99.
+// loopback. It is the latency counterpart of tools/blast (the raw TCP throughput limit),
+// though not a hard bound: how the relay waits for input matters at the tail, and LightQ's
+// gnet broker has measured below it at the p99.
 //
 //	relaylat [-rate 50000] [-size 100] [-duration 10s | -count N] [-timeout 60s] [-json]
 //
