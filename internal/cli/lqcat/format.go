@@ -141,11 +141,11 @@ func (f format) render(dst []byte, topic string, r *client.Received) []byte {
 	return dst
 }
 
-// plainFormat is the output without -f or -J: the value, or key, -K delimiter and value, then
-// the -D delimiter.
-func plainFormat(delim, keyDelim []byte, showKey bool) format {
+// plainFormat is the output without -f or -J: the value, or (when -K gave a keyDelim) key,
+// keyDelim and value, then the -D delimiter.
+func plainFormat(delim, keyDelim []byte) format {
 	var f format
-	if showKey {
+	if len(keyDelim) > 0 {
 		f = append(f, formatPart{field: 'k'}, formatPart{lit: keyDelim})
 	}
 	return append(f, formatPart{field: 's'}, formatPart{lit: delim})

@@ -68,7 +68,7 @@ func TestFormatsGolden(t *testing.T) {
 		}
 	}
 	b.WriteString("== plain, -K :\n")
-	plain := plainFormat([]byte("\n"), []byte(":"), true)
+	plain := plainFormat([]byte("\n"), []byte(":"))
 	for _, r := range sampleRecords() {
 		b.Write(plain.render(nil, "events", &r))
 	}

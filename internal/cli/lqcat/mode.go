@@ -214,7 +214,7 @@ func (o *kcatOpts) consumeConfig(jsonOut bool) (consumeConfig, error) {
 	case jsonOut:
 		cc.json, cc.delim = true, delim
 	default:
-		cc.format = plainFormat(delim, keyDelim, o.keyDelim != "")
+		cc.format = plainFormat(delim, keyDelim) // keyDelim is empty only without -K
 	}
 	return cc, nil
 }
