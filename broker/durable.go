@@ -36,7 +36,7 @@ func parseDurableOptions(opts []wire.Option, maxBatch int) (durableShape, error)
 	sh.logOpts.MaxBatch = maxBatch
 	for _, o := range opts {
 		switch o.Key {
-		case "fsync":
+		case wire.OptionFsync:
 			switch {
 			case o.Value == "always":
 				sh.mode = fsyncAlways
@@ -51,22 +51,22 @@ func parseDurableOptions(opts []wire.Option, maxBatch int) (durableShape, error)
 			default:
 				return sh, answer(wire.CodeInvalidRequest, "fsync must be always, never or interval=<duration>, got %q", o.Value)
 			}
-		case "segment.bytes", "retention.bytes":
+		case wire.OptionSegmentBytes, wire.OptionRetentionBytes:
 			v, err := strconv.ParseInt(o.Value, 10, 64)
-			if err != nil || v < 0 || (o.Key == "segment.bytes" && (v < int64(2*maxBatch) || v > 1<<30)) {
+			if err != nil || v < 0 || (o.Key == wire.OptionSegmentBytes && (v < int64(2*maxBatch) || v > 1<<30)) {
 				return sh, answer(wire.CodeInvalidRequest, "%s: %q is out of range", o.Key, o.Value)
 			}
-			if o.Key == "segment.bytes" {
+			if o.Key == wire.OptionSegmentBytes {
 				sh.logOpts.SegmentBytes = v
 			} else {
 				sh.logOpts.RetentionBytes = v
 			}
-		case "segment.ms", "retention.ms":
+		case wire.OptionSegmentMs, wire.OptionRetentionMs:
 			v, err := strconv.ParseInt(o.Value, 10, 64)
 			if err != nil || v < 0 {
 				return sh, answer(wire.CodeInvalidRequest, "%s: %q is not a number of milliseconds", o.Key, o.Value)
 			}
-			if o.Key == "segment.ms" {
+			if o.Key == wire.OptionSegmentMs {
 				sh.logOpts.SegmentAge = time.Duration(v) * time.Millisecond
 			} else {
 				sh.logOpts.RetentionAge = time.Duration(v) * time.Millisecond

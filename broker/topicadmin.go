@@ -138,12 +138,12 @@ func (s *Server) parseTopicOptions(mt meta.Topic) (topicShape, error) {
 	for _, o := range mt.Options {
 		v, err := strconv.ParseInt(o.Value, 10, 64)
 		switch o.Key {
-		case "ring.bytes":
+		case wire.OptionRingBytes:
 			if err != nil || v < int64(2*s.cfg.Limits.MaxBatch) || v > 1<<30 {
 				return sh, answer(wire.CodeInvalidRequest, "ring.bytes must be an integer in [%d, %d]", 2*s.cfg.Limits.MaxBatch, 1<<30)
 			}
 			sh.ringBytes = int(v)
-		case "ring.slots":
+		case wire.OptionRingSlots:
 			if err != nil || v < 2 || v > 1<<20 {
 				return sh, answer(wire.CodeInvalidRequest, "ring.slots must be an integer in [2, %d]", 1<<20)
 			}

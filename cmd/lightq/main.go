@@ -1,5 +1,5 @@
 // Command lightq is the LightQ broker. Run `lightq --help` for its flags; the defaults are
-// embedded from default.conf.
+// embedded from default.conf. The logic is in internal/cli/lightq.
 package main
 
 import (
@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/lightq/lightq/internal/cli/lightq"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	code := lightq.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

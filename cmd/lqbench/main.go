@@ -1,4 +1,5 @@
-// Command lqbench measures LightQ throughput and latency; `lqbench --help` explains.
+// Command lqbench measures LightQ throughput and latency; `lqbench --help` explains. The logic
+// is in internal/cli/lqbench.
 package main
 
 import (
@@ -7,11 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lightq/lightq/tools/bench"
+	"github.com/lightq/lightq/internal/cli/lqbench"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(bench.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	code := lqbench.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

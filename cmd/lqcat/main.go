@@ -1,6 +1,6 @@
 // Command lqcat is netcat for LightQ: produce, consume, list metadata and administer topics
 // and consumer groups with kcat's flags. `lqcat --help` explains; the logic is in
-// tools/lqcat.
+// internal/cli/lqcat.
 package main
 
 import (
@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lightq/lightq/tools/lqcat"
+	"github.com/lightq/lightq/internal/cli/lqcat"
 )
 
 func main() {

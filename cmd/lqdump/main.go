@@ -4,15 +4,15 @@
 //	lqdump -verify DIR    check every batch of every segment; exit 1 if any is corrupt
 //
 // DIR is <data dir>/topics/<topic>/<partition>. It reads the files only; run it on a stopped
-// broker's data, or on a copy.
+// broker's data, or on a copy. The logic is in internal/cli/lqdump.
 package main
 
 import (
 	"os"
 
-	"github.com/lightq/lightq/log"
+	"github.com/lightq/lightq/internal/cli/lqdump"
 )
 
 func main() {
-	os.Exit(log.DumpMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(lqdump.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

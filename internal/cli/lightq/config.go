@@ -1,0 +1,200 @@
+package lightq
+
+import (
+	"bufio"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/term"
+
+	"github.com/lightq/lightq/broker"
+	"github.com/lightq/lightq/broker/auth"
+)
+
+// defaultConf is every setting with its default; --print-config prints it, and its keys are
+// the flags (and, as LIGHTQ_<KEY>, the environment variables).
+//
+//go:embed default.conf
+var defaultConf string
+
+var confHelp = map[string]string{
+	"addr":             "listen address (host:port)",
+	"data-dir":         "directory for metadata and credentials",
+	"log-level":        "debug, info, warn or error",
+	"log-format":       "json, console or auto (console on a terminal)",
+	"admin-user":       "admin user name (password: LIGHTQ_ADMIN_PASSWORD)",
+	"max-batch":        "largest record batch in bytes",
+	"max-message":      "largest record (key+value+headers) in bytes",
+	"auth-timeout":     "time a new connection has to authenticate",
+	"event-loops":      "event loops (0 = one per CPU)",
+	"read-buffer":      "bytes one read hands to the protocol at most",
+	"high-water-mark":  "bytes queued per connection before sending to it pauses",
+	"ring-bytes":       "memory of one transient partition",
+	"ring-slots":       "batches one transient partition holds at most",
+	"max-ring-memory":  "ring memory of all transient topics together",
+	"hash-params":      "argon2id parameters for new credential hashes",
+	"shutdown-drain":   "time to flush output on shutdown",
+	"transfer-timeout": "close a connection whose FETCH response makes no progress for this long",
+}
+
+// layerSettings overlays settings, the embedded defaults, with the --config file (when
+// configFile is not empty; a key the defaults lack is an error), then $LIGHTQ_<KEY>, then the
+// flags set on fs (flagVals maps a setting to its flag's value).
+func layerSettings(settings map[string]string, configFile string, getenv func(string) string, fs *flag.FlagSet, flagVals map[string]*string) error {
+	if configFile != "" {
+		data, err := os.ReadFile(configFile)
+		if err != nil {
+			return err
+		}
+		fileSettings, err := parseConf(string(data), configFile)
+		if err != nil {
+			return err
+		}
+		for k, v := range fileSettings {
+			if _, ok := settings[k]; !ok {
+				return fmt.Errorf("%s: unknown setting %q", configFile, k)
+			}
+			settings[k] = v
+		}
+	}
+	for k := range settings {
+		if v := getenv(envName(k)); v != "" {
+			settings[k] = v
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if p, ok := flagVals[f.Name]; ok {
+			settings[f.Name] = *p
+		}
+	})
+	return nil
+}
+
+// envName is the environment variable of a setting: LIGHTQ_ and the key in upper case,
+// dashes as underscores.
+func envName(key string) string {
+	return "LIGHTQ_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+}
+
+// parseConf reads key = value lines; # starts a comment.
+func parseConf(text, name string) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: want key = value, got %q", name, line, s)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, sc.Err()
+}
+
+// buildConfig turns the merged settings into a broker configuration.
+func buildConfig(set map[string]string, getenv func(string) string, stderr io.Writer) (broker.Config, error) {
+	cfg := broker.DefaultConfig()
+	var errs []error
+	num := func(key string) int {
+		v, err := strconv.Atoi(set[key])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not an integer", key, set[key]))
+		}
+		return v
+	}
+	dur := func(key string) time.Duration {
+		v, err := time.ParseDuration(set[key])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration", key, set[key]))
+		}
+		return v
+	}
+	cfg.Addr = set["addr"]
+	cfg.DataDir = set["data-dir"]
+	cfg.AdminUser = set["admin-user"]
+	cfg.AdminPassword = getenv("LIGHTQ_ADMIN_PASSWORD")
+	cfg.Limits.MaxBatch = num("max-batch")
+	cfg.Limits.MaxFrame = cfg.Limits.MaxBatch + 1024
+	cfg.Limits.MaxMessage = num("max-message")
+	cfg.Limits.AuthTimeout = dur("auth-timeout")
+	cfg.EventLoops = num("event-loops")
+	cfg.ReadBufferCap = num("read-buffer")
+	cfg.HighWaterMark = num("high-water-mark")
+	cfg.RingBytes = num("ring-bytes")
+	cfg.RingSlots = num("ring-slots")
+	if v, err := strconv.ParseInt(set["max-ring-memory"], 10, 64); err != nil {
+		errs = append(errs, fmt.Errorf("max-ring-memory: %q is not an integer", set["max-ring-memory"]))
+	} else {
+		cfg.MaxRingMemory = v
+	}
+	cfg.ShutdownDrain = dur("shutdown-drain")
+	cfg.TransferTimeout = dur("transfer-timeout")
+	p, err := parseHashParams(set["hash-params"])
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.HashParams = p
+	level, err := zerolog.ParseLevel(set["log-level"])
+	if err != nil || set["log-level"] == "" {
+		errs = append(errs, fmt.Errorf("log-level: %q is not one of debug, info, warn, error", set["log-level"]))
+	}
+	var w io.Writer = stderr
+	switch set["log-format"] {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339}
+	case "auto":
+		if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("log-format: %q is not json, console or auto", set["log-format"]))
+	}
+	cfg.Logger = zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return cfg, errors.Join(errs...)
+}
+
+// parseHashParams reads "m=19456,t=2,p=1".
+func parseHashParams(s string) (auth.Params, error) {
+	var p auth.Params
+	var seen int
+	for _, part := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return p, fmt.Errorf("hash-params: %q: %q is not a number", s, v)
+		}
+		switch k {
+		case "m":
+			p.MemoryKiB = uint32(n)
+		case "t":
+			p.Time = uint32(n)
+		case "p":
+			if n > 255 {
+				return p, fmt.Errorf("hash-params: p=%d over 255", n)
+			}
+			p.Threads = uint8(n)
+		default:
+			return p, fmt.Errorf("hash-params: unknown key %q (want m, t, p)", k)
+		}
+		seen++
+	}
+	if seen != 3 {
+		return p, fmt.Errorf("hash-params: %q needs m, t and p", s)
+	}
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("hash-params: %q: %w", s, err)
+	}
+	return p, nil
+}

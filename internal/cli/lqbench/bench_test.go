@@ -1,0 +1,385 @@
+package lqbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lightq/lightq/broker"
+	"github.com/lightq/lightq/broker/brokertest"
+	"github.com/lightq/lightq/client"
+)
+
+const (
+	testAdminPass = "bench-admin-pw"
+	testUser      = "bench"
+	testPass      = "bench-user-pw"
+)
+
+// startTestBroker starts an in-process broker on a free loopback port.
+func startTestBroker(t *testing.T) string {
+	t.Helper()
+	return brokertest.Start(t, func(cfg *broker.Config) { cfg.AdminPassword = testAdminPass }).Addr()
+}
+
+func testConfig(addr, mode, topic string, messages, size int) Config {
+	return Config{
+		Mode: mode, Broker: addr, Topic: topic, Messages: messages, Size: size,
+		User: testUser, Password: testPass, AdminUser: "admin", AdminPassword: testAdminPass,
+		// Short, because a consumer whose count is not a multiple of 256 only stops when
+		// idle (see TestConsumerStopsAtExpectedCount).
+		IdleTimeout: time.Second,
+	}
+}
+
+func runCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// checkLatency asserts positive, ordered percentiles.
+func checkLatency(t *testing.T, r *Result) {
+	t.Helper()
+	ps := []float64{r.P50Us, r.P90Us, r.P99Us, r.P999Us, r.MaxUs}
+	for i, p := range ps {
+		if p <= 0 {
+			t.Errorf("percentile %d is %v, want > 0: %+v", i, p, r)
+		}
+		if i > 0 && ps[i-1] > p {
+			t.Errorf("percentiles not ordered (p50 p90 p99 p99.9 max): %v", ps)
+		}
+	}
+}
+
+func TestRunE2E(t *testing.T) {
+	addr := startTestBroker(t)
+	for _, tc := range []struct{ messages, size int }{{20000, 100}, {2000, 1024}} {
+		t.Run(fmt.Sprintf("%dx%dB", tc.messages, tc.size), func(t *testing.T) {
+			// The second run reuses the topic the first created.
+			r, err := Run(runCtx(t), testConfig(addr, "e2e", "e2e", tc.messages, tc.size))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", *r)
+			if r.Mode != "e2e" || r.Size != tc.size {
+				t.Errorf("mode %q size %d", r.Mode, r.Size)
+			}
+			if r.Messages != int64(tc.messages) || r.Produced != int64(tc.messages) {
+				t.Errorf("received %d, produced %d, want %d", r.Messages, r.Produced, tc.messages)
+			}
+			if r.Dropped != 0 || r.Failed != 0 || r.FirstError != "" {
+				t.Errorf("dropped %d, failed %d (%s)", r.Dropped, r.Failed, r.FirstError)
+			}
+			if r.MsgsPerSec <= 0 || r.MBPerSec <= 0 || r.Seconds <= 0 || r.ProduceSeconds <= 0 {
+				t.Errorf("rates: %+v", *r)
+			}
+			checkLatency(t, r)
+			var text bytes.Buffer
+			r.WriteText(&text)
+			for _, want := range []string{fmt.Sprintf("Total Messages: %d,", tc.messages), "messages per second", "p99.9", "Dropped (subscriber fell behind the ring): 0"} {
+				if !strings.Contains(text.String(), want) {
+					t.Errorf("text report lacks %q:\n%s", want, text.String())
+				}
+			}
+		})
+	}
+}
+
+// TestRunProduceThenConsume: a consume run started first receives what a produce run sends.
+func TestRunProduceThenConsume(t *testing.T) {
+	const n, size = 5000, 200
+	addr := startTestBroker(t)
+	ctx := runCtx(t)
+	ccfg := testConfig(addr, "consume", "pc", n, size)
+	type out struct {
+		r   *Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		r, err := Run(ctx, ccfg)
+		done <- out{r, err}
+	}()
+
+	// Wait until the consumer is subscribed (transient subscriptions start at the end).
+	admin, err := client.Dial(ctx, addr, client.Options{User: "admin", Password: testAdminPass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := admin.Stats(ctx, "pc")
+		subscribed := false
+		if err == nil {
+			for _, c := range st[0].Counters {
+				subscribed = subscribed || (c.Name == "subscribers" && c.Value == 1)
+			}
+		}
+		if subscribed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer not subscribed after 10 s: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	pr, err := Run(ctx, testConfig(addr, "produce", "pc", n, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Mode != "produce" || pr.Messages != n || pr.Failed != 0 || pr.MsgsPerSec <= 0 || pr.Seconds <= 0 {
+		t.Errorf("produce result %+v", *pr)
+	}
+	if pr.P50Us != 0 {
+		t.Errorf("a produce run measured latency: %+v", *pr)
+	}
+	var o out
+	select {
+	case o = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("consume run did not finish")
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	cr := o.r
+	t.Logf("produce %+v", *pr)
+	t.Logf("consume %+v", *cr)
+	if cr.Mode != "consume" || cr.Messages != n || cr.Dropped != 0 || cr.MsgsPerSec <= 0 {
+		t.Errorf("consume result %+v", *cr)
+	}
+	checkLatency(t, cr)
+}
+
+// TestConsumerStopsAtExpectedCount: a consumer stops as soon as it has accounted for every
+// message, not after IdleTimeout. IdleTimeout is long (a run takes milliseconds) so that a
+// loaded machine cannot make a run that stopped at its count look like one that waited.
+func TestConsumerStopsAtExpectedCount(t *testing.T) {
+	addr := startTestBroker(t)
+	for _, n := range []int{1024, 1000} {
+		cfg := testConfig(addr, "e2e", "stop", n, 32)
+		cfg.IdleTimeout = 20 * time.Second // under runCtx's 30 s
+		start := time.Now()
+		r, err := Run(runCtx(t), cfg)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Messages != int64(n) {
+			t.Errorf("%d messages: received %d", n, r.Messages)
+		}
+		t.Logf("%d messages: Run took %v", n, took.Round(time.Millisecond))
+		if took >= cfg.IdleTimeout {
+			t.Errorf("%d messages: Run took %v, at least IdleTimeout", n, took)
+		}
+	}
+}
+
+// TestMainJSON: --json prints one JSON object with the documented keys.
+func TestMainJSON(t *testing.T) {
+	addr := startTestBroker(t)
+	var stdout, stderr bytes.Buffer
+	args := []string{"e2e", "-b", addr, "-t", "json", "-m", "3000", "-s", "64", "--json", "-q",
+		"--user", testUser, "--password", testPass, "--admin-password", testAdminPass, "--idle", "1s"}
+	if code := Main(runCtx(t), args, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	dec := json.NewDecoder(&stdout)
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+	}
+	if dec.More() {
+		t.Error("more than one JSON value on stdout")
+	}
+	for _, k := range []string{"messages", "seconds", "msgs_per_sec", "mb_per_sec", "p50_us", "p99_us", "p999_us", "max_us"} {
+		v, ok := obj[k].(float64)
+		if !ok {
+			t.Errorf("key %q missing or not a number: %v", k, obj)
+			continue
+		}
+		if v <= 0 {
+			t.Errorf("%s = %v, want > 0", k, v)
+		}
+	}
+	if obj["messages"] != float64(3000) || obj["dropped"] != float64(0) {
+		t.Errorf("messages %v dropped %v", obj["messages"], obj["dropped"])
+	}
+}
+
+// TestMainEnvCredentials: credentials and broker come from the environment when no flag
+// gives them.
+func TestMainEnvCredentials(t *testing.T) {
+	addr := startTestBroker(t)
+	env := map[string]string{
+		"LIGHTQ_BROKER":         addr,
+		"LIGHTQ_USER":           "envuser",
+		"LIGHTQ_PASSWORD":       "envuser-pw",
+		"LIGHTQ_ADMIN_PASSWORD": testAdminPass,
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(runCtx(t), []string{"produce", "-t", "envtopic", "-m", "500", "-q"}, func(k string) string { return env[k] }, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "Total Messages: 500,") {
+		t.Errorf("text output:\n%s", stdout.String())
+	}
+	// The topic was created for the environment's user.
+	c, err := client.Dial(runCtx(t), addr, client.Options{User: "envuser", Password: "envuser-pw"})
+	if err != nil {
+		t.Fatalf("the environment's user cannot log in: %v", err)
+	}
+	defer c.Close()
+	if md, err := c.Metadata(runCtx(t), "envtopic"); err != nil || md[0].Partitions[0].EndOffset != 500 {
+		t.Errorf("metadata %+v, %v", md, err)
+	}
+}
+
+func TestMainBadUsage(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, args := range [][]string{
+		nil,
+		{"--bogus"},
+		{"e2e", "--no-such-flag"},
+		{"e2e", "-m", "many"},
+		{"e2e", "--acks", "maybe"},
+		{"e2e", "-z", "lz4"},
+		{"e2e", "--kind", "eternal"},
+		{"e2e", "stray-argument"},
+	} {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// -b points at a closed port, so that a run that starts anyway fails fast.
+		code := Main(ctx, append(args, "-b", "127.0.0.1:1"), noEnv, &stdout, &stderr)
+		cancel()
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2; stderr:\n%s", args, code, stderr.String())
+		}
+		if stderr.Len() == 0 {
+			t.Errorf("%q: nothing on stderr", args)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"--help"}, noEnv, &bytes.Buffer{}, &stderr); code != 0 || !strings.Contains(stderr.String(), "Usage: lqbench") {
+		t.Errorf("--help: exit %d, stderr:\n%s", code, stderr.String())
+	}
+
+	// Values that parse but that Run refuses.
+	for _, args := range [][]string{
+		{"bogus-mode"},
+		{"e2e", "-s", "8"},
+		{"e2e", "--rate", "-5"},
+	} {
+		var stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		code := Main(ctx, append(args, "-b", "127.0.0.1:1"), noEnv, &bytes.Buffer{}, &stderr)
+		cancel()
+		if code == 0 {
+			t.Errorf("%q: exit 0; stderr:\n%s", args, stderr.String())
+		} else if code != 2 {
+			t.Logf("%q: exit %d (Run's validation counts as a failed run, not bad usage): %s", args, code, strings.TrimSpace(stderr.String()))
+		}
+	}
+}
+
+// TestRateLimit: with Rate 20000 a 10000-message produce run takes at least its 0.5 s schedule.
+func TestRateLimit(t *testing.T) {
+	addr := startTestBroker(t)
+	cfg := testConfig(addr, "produce", "rate", 10000, 64)
+	cfg.Rate = 20000
+	start := time.Now()
+	r, err := Run(runCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("produce phase %.3f s (Run %v), %.0f msg/s", r.Seconds, time.Since(start).Round(time.Millisecond), r.MsgsPerSec)
+	if r.Messages != 10000 || r.Failed != 0 {
+		t.Errorf("result %+v", *r)
+	}
+	checkPaced(t, cfg, r)
+}
+
+// checkPaced: a produce run at cfg.Rate cannot end before its last message's slot, since the
+// pacer never sends early: (messages per producer - 1) intervals after the start. That bound
+// holds however loaded the machine is, and an unpaced run (10,000 messages in tens of ms)
+// fails it. How much later the run ends depends on the machine, so the upper bound is only
+// a generous sanity limit, and the figure is logged.
+func checkPaced(t *testing.T, cfg Config, r *Result) {
+	t.Helper()
+	producers := max(cfg.Producers, 1)                 // 0: Run's default, one
+	interval := float64(producers) / float64(cfg.Rate) // seconds between one producer's slots
+	schedule := float64(cfg.Messages-1) * interval
+	t.Logf("%d producers x %d messages at a total of %d msg/s: %.3f s, schedule %.3f s", producers, cfg.Messages, cfg.Rate, r.Seconds, schedule)
+	if r.Seconds < schedule-1e-6 {
+		t.Errorf("produce phase took %.3f s, shorter than its schedule of %.3f s: the rate limit was not applied", r.Seconds, schedule)
+	}
+	if limit := 20 * schedule; r.Seconds > limit {
+		t.Errorf("produce phase took %.3f s, over %.0fx its schedule of %.3f s", r.Seconds, limit/schedule, schedule)
+	}
+}
+
+// TestRateLimitSpreadsProducers: the rate is the total over all producers.
+func TestRateLimitSpreadsProducers(t *testing.T) {
+	addr := startTestBroker(t)
+	cfg := testConfig(addr, "produce", "rate2", 2500, 64)
+	cfg.Rate, cfg.Producers = 20000, 4 // 10000 messages in total
+	r, err := Run(runCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Messages != 10000 {
+		t.Errorf("sent %d, want 10000", r.Messages)
+	}
+	checkPaced(t, cfg, r)
+}
+
+// TestE2ERateMeasuresFromTheActualSendToo: at a fixed rate, e2e reports latency both from
+// the intended slot and from the moment Send was called; the second cannot be the larger.
+func TestE2ERateMeasuresFromTheActualSendToo(t *testing.T) {
+	addr := startTestBroker(t)
+	cfg := testConfig(addr, "e2e", "sendlog", 4000, 100)
+	cfg.Rate, cfg.Linger = 20000, -1
+	r, err := Run(runCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Messages != 4000 {
+		t.Fatalf("received %d of 4000", r.Messages)
+	}
+	if r.SendP50Us <= 0 || r.SendMaxUs <= 0 {
+		t.Fatalf("no latency from the actual send: %+v", *r)
+	}
+	// Both histograms hold the same messages; the send time is at or after the slot.
+	// (HDR buckets are 0.1% wide, hence the slack.)
+	if r.SendP50Us > r.P50Us*1.002+1 || r.SendMaxUs > r.MaxUs*1.002+1 {
+		t.Errorf("latency from the send exceeds latency from the slot: send p50 %v max %v, slot p50 %v max %v",
+			r.SendP50Us, r.SendMaxUs, r.P50Us, r.MaxUs)
+	}
+}
+
+// TestSendLog: slots round-trip through the stamp's id<<48|seq; out of range reads 0; a nil
+// log and an oversized one record nothing.
+func TestSendLog(t *testing.T) {
+	l := newSendLog(2, 10)
+	l.note(1, 7)
+	if l.sentAt(1<<48|7) == 0 {
+		t.Error("noted slot reads 0")
+	}
+	for _, idSeq := range []uint64{7, 1<<48 | 6, 2<<48 | 7, 1<<48 | 10, ^uint64(0)} {
+		if v := l.sentAt(idSeq); v != 0 {
+			t.Errorf("sentAt(%#x) = %d, want 0", idSeq, v)
+		}
+	}
+	var nilLog *sendLog
+	nilLog.note(0, 0)
+	if nilLog.sentAt(0) != 0 || newSendLog(1, maxSendLog+1) != nil {
+		t.Error("nil or oversized log records")
+	}
+}

@@ -1,0 +1,199 @@
+package lqbench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/wire"
+)
+
+// DefaultBroker is the broker address when neither -b nor $LIGHTQ_BROKER says otherwise.
+const DefaultBroker = "127.0.0.1:7450"
+
+const usage = `Usage: lqbench produce|consume|e2e [flags]
+
+Measures LightQ throughput and latency, as the original lightq-producer and lightq-consumer
+did, plus end-to-end latency percentiles.
+
+  produce   send -m messages of -s bytes and report the send rate
+  consume   subscribe and report the receive rate and latency of what arrives
+  e2e       consumers and producers in this process: rate and end-to-end latency
+
+Credentials: --user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD for the topic; with admin
+credentials (--admin-user/--admin-password or $LIGHTQ_ADMIN_USER/$LIGHTQ_ADMIN_PASSWORD) the
+topic is created first.
+
+Examples:
+  LIGHTQ_ADMIN_PASSWORD=$(cat data/admin-password) lqbench e2e -m 1000000 -s 100
+  lqbench e2e -s 1024 --rate 50000 --json
+  lqbench produce -t events -n 4 --acks none -z s2
+
+Flags:
+`
+
+// Main runs lqbench with args (without the program name) and returns the exit code: 0 done,
+// 1 the run failed, 2 bad usage.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprint(stderr, usage)
+			newFlags(&Config{}, new(options), stderr).PrintDefaults()
+			return 0
+		}
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cfg := Config{Mode: args[0]}
+	var o options
+	fs := newFlags(&cfg, &o, stderr)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lqbench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := o.apply(&cfg, getenv); err != nil {
+		fmt.Fprintln(stderr, "lqbench:", err)
+		return 2
+	}
+	cfg.Defaults()
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, "lqbench:", err)
+		return 2
+	}
+	if !o.json && !o.quiet {
+		if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			cfg.Progress = stderr
+		}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "lqbench:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "lqbench:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
+	r, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "lqbench:", err)
+		return 1
+	}
+	if o.json {
+		if err := r.WriteJSON(stdout); err != nil {
+			return 1
+		}
+	} else {
+		r.WriteText(stdout)
+	}
+	if r.Failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// options are flags that need converting before they land in a Config.
+type options struct {
+	kind, acks, codec string
+	fsync             string
+	json, quiet       bool
+	cpuProfile        string
+}
+
+func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("lqbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs.StringVar(&cfg.Broker, "b", "", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
+	fs.StringVar(&cfg.Topic, "t", "lqbench", "topic")
+	fs.IntVar(&cfg.Messages, "m", 1_000_000, "messages per producer")
+	fs.IntVar(&cfg.Size, "s", 100, "message size in bytes (at least 16: the timestamp stamp)")
+	fs.IntVar(&cfg.Partitions, "n", 1, "partitions of the topic when lqbench creates it")
+	fs.IntVar(&cfg.Producers, "producers", 1, "producer connections")
+	fs.IntVar(&cfg.Consumers, "consumers", 1, "consumer connections")
+	fs.StringVar(&cfg.Group, "group", "", "queue group shared by the consumers (default: each gets every message)")
+	fs.IntVar(&cfg.BatchBytes, "batch", 512<<10, "producer batch size in bytes")
+	fs.DurationVar(&cfg.Linger, "linger", time.Millisecond, "producer linger time")
+	fs.IntVar(&cfg.MaxInFlight, "inflight", 16, "batches in flight per producer")
+	fs.IntVar(&cfg.Rate, "rate", 0, "total messages per second, open loop (0 = as fast as possible)")
+	fs.IntVar(&cfg.Window, "window", 16<<20, "subscription credit window in bytes")
+	fs.DurationVar(&cfg.IdleTimeout, "idle", 5*time.Second, "consumers stop after this long without a message")
+	fs.StringVar(&o.kind, "kind", "transient", "topic kind: transient or durable")
+	fs.StringVar(&o.acks, "acks", "written", "acknowledgements: none, written or durable")
+	fs.StringVar(&o.fsync, "fsync", "", "fsync policy of a durable topic lqbench creates: always, never or interval=<duration>")
+	fs.StringVar(&o.codec, "z", "none", "compression: none, s2 or zstd")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object")
+	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of lqbench to this file")
+	fs.StringVar(&cfg.User, "user", "", "topic user (default $LIGHTQ_USER or lqbench)")
+	fs.StringVar(&cfg.Password, "password", "", "topic password (default $LIGHTQ_PASSWORD or lqbench-password)")
+	fs.StringVar(&cfg.AdminUser, "admin-user", "", "admin user, to create the topic (default $LIGHTQ_ADMIN_USER, or admin when an admin password is set)")
+	fs.StringVar(&cfg.AdminPassword, "admin-password", "", "admin password (default $LIGHTQ_ADMIN_PASSWORD)")
+	return fs
+}
+
+func (o *options) apply(cfg *Config, getenv func(string) string) error {
+	orEnv := func(v *string, env, def string) {
+		if *v == "" {
+			*v = getenv(env)
+		}
+		if *v == "" {
+			*v = def
+		}
+	}
+	orEnv(&cfg.Broker, "LIGHTQ_BROKER", DefaultBroker)
+	orEnv(&cfg.User, "LIGHTQ_USER", "lqbench")
+	orEnv(&cfg.Password, "LIGHTQ_PASSWORD", "lqbench-password")
+	orEnv(&cfg.AdminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
+	adminDefault := ""
+	if cfg.AdminPassword != "" {
+		adminDefault = "admin"
+	}
+	orEnv(&cfg.AdminUser, "LIGHTQ_ADMIN_USER", adminDefault)
+	kind, err := wire.ParseKind(o.kind)
+	if err != nil {
+		return err
+	}
+	cfg.Kind = kind
+	if o.fsync != "" {
+		if kind != wire.KindDurable {
+			return fmt.Errorf("--fsync needs --kind durable")
+		}
+		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: wire.OptionFsync, Value: o.fsync})
+	}
+	switch o.acks {
+	case "none":
+		cfg.Acks = client.AckNone
+	case "written":
+		cfg.Acks = client.AckWritten
+	case "durable":
+		cfg.Acks = client.AckDurable
+	default:
+		return fmt.Errorf("acks %q: want none, written or durable", o.acks)
+	}
+	codec, err := wire.ParseCodec(o.codec)
+	if err != nil {
+		return err
+	}
+	cfg.Compression = codec
+	return nil
+}

@@ -1,0 +1,81 @@
+// Package lqcat is lqcat, netcat for LightQ: one command that produces (-P), consumes (-C),
+// lists metadata (-L) and administers topics, counters and consumer groups. cmd/lqcat is a
+// thin main around Main, which takes its arguments, environment, stdin, stdout and stderr as
+// parameters so that tests drive it in-process against a real broker.
+//
+// # Conventions
+//
+// The flags are kcat's: where kcat has a flag for a thing, lqcat uses the same letter and
+// meaning (-b -t -p -D -K -k -H -z -o -c -e -G -f -J -u -q -v). Deliberate differences:
+//
+//   - The mode must be given (-P, -C or -L): guessing it from terminals goes wrong in scripts.
+//   - As the issue asked, FILE arguments of -P are read line by line like stdin, and -l sends
+//     each FILE whole as one message; kcat does the reverse.
+//   - -G takes one group and -t one topic. On a durable topic it starts each partition at the
+//     group's committed offset (-o where there is none) and commits, for each partition, the
+//     offset after the last message printed (every second and at exit), never one that was
+//     fetched but not printed. On a transient topic it names a queue group.
+//   - -o accepts beginning, end, N, -N (N before the end, per partition), s@MS and e@MS; e@
+//     may be combined with a start (-o s@A -o e@B). e@MS stops a partition before its first
+//     message at or after MS; when MS is in the past the end of the log stops it too.
+//   - -e stops each partition at the end of the log as it was when lqcat started, so that
+//     it terminates under a steady stream of new messages.
+//   - -z takes none, s2 or zstd (LightQ's codecs); snappy is accepted as s2.
+//   - -p -1 is the default partitioner: the key's hash, else round robin.
+//
+// Transient topics are pushed live: -C on one starts now, only -o end applies, and -o with
+// another value, e@ and -e give exit code 7.
+//
+// # Credentials
+//
+// --user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD name a topic user; --admin-user/
+// --admin-password or $LIGHTQ_ADMIN_USER (default admin)/$LIGHTQ_ADMIN_PASSWORD the admin.
+// Topic create and delete connect as the admin (--user/--password then name the new topic's
+// owner); everything else connects as the topic user when its password is given, else as the
+// admin. No password is ever printed: errors name the user, and any error text is scrubbed
+// of the passwords in use before it is printed.
+//
+// # JSON
+//
+// -C -J prints one object per message, -P -J reads the same objects:
+//
+//	{"topic":"t","partition":0,"offset":7,"timestamp":1700000000000,"key":"k","value":"v",
+//	 "headers":[{"name":"h","value":"x"}]}
+//
+// Keys, values and header names and values that are valid UTF-8 are JSON strings (which
+// encoding/json keeps exact); other bytes are standard base64 with "key_encoding",
+// "value_encoding" or, in a header, "name_encoding"/"value_encoding" set to "base64". A
+// message without a key has "key":null (the protocol does not tell an empty key from none).
+// -P -J ignores topic (it is -t) and offset (the broker assigns them), keeps partition
+// unless -p is given, and keeps timestamp; so -C -J | -P -J reproduces keys, values,
+// headers, partitions and timestamps exactly.
+//
+// # Consumer groups
+//
+// The broker stores committed offsets per (group, topic, partition) and has no request that
+// lists groups. "group describe" and "group reset" work on named groups; "group list" exits
+// with code 7 (not supported) unless --groups names candidate groups, which it checks.
+//
+// # Exit codes
+//
+// 0 ok; 1 failure, or some messages not acknowledged; 2 usage; 3 cannot connect or the
+// connection was lost; 4 authentication failed or not authorized; 5 unknown topic or
+// partition; 6 message too large; 7 not supported (topic kind, or a missing broker feature);
+// 8 the topic exists; 9 offset out of range. -P exits with the code of the first failure
+// when messages were not acknowledged (1 when it has no code of its own). A topic user naming
+// a topic that is not its own, existing or not, gets 4: the broker does not tell them apart.
+//
+// # Concurrency
+//
+// Main may run concurrently with itself; a run shares nothing with another. Within a run,
+// -C with -o -N runs one client.Consumer per partition, and every consumer's handler writes
+// through one mutex-guarded buffered stdout, flushed every 100ms (every message with -u).
+//
+// # Files
+//
+// cli.go (Main, usage, common flags, argument parsing, connecting), mode.go (-P/-C/-L flag
+// checks), produce.go (streaming input splitter, producer, failure report), consume.go
+// (-o, durable and transient consumption, commits), format.go (escapes, -f, JSON),
+// meta.go (-L), topic.go (topic create/delete/list, the create flags as topic options),
+// stats.go (stats), group.go (group describe/reset/list), errors.go (exit codes).
+package lqcat

@@ -1,0 +1,220 @@
+package lqcat
+
+import (
+	"context"
+	"io"
+
+	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/wire"
+)
+
+// kcatOpts are the flags of the -P, -C and -L modes.
+type kcatOpts struct {
+	produce, consume, list bool
+
+	topic     string
+	partition partFlag
+	delim     string
+	keyDelim  string
+	count     int
+
+	// produce
+	key        string
+	headers    listFlag
+	codec      string
+	wholeFiles bool
+	acks       string
+
+	// consume
+	offset     listFlag
+	exitEOF    bool
+	group      string
+	format     string
+	unbuffered bool
+}
+
+func (r *runner) kcatMode(ctx context.Context, args []string) error {
+	var o kcatOpts
+	fs := newFlagSet("lqcat")
+	r.c.register(fs)
+	fs.BoolVar(&o.produce, "P", false, "produce")
+	fs.BoolVar(&o.consume, "C", false, "consume")
+	fs.BoolVar(&o.list, "L", false, "metadata")
+	fs.StringVar(&o.topic, "t", "", "topic")
+	fs.Var(&o.partition, "p", "partition")
+	fs.StringVar(&o.delim, "D", `\n`, "message delimiter")
+	fs.StringVar(&o.keyDelim, "K", "", "key delimiter")
+	fs.IntVar(&o.count, "c", 0, "message count")
+	fs.StringVar(&o.key, "k", "", "fixed key")
+	fs.Var(&o.headers, "H", "header name=value")
+	fs.StringVar(&o.codec, "z", "none", "compression")
+	fs.BoolVar(&o.wholeFiles, "l", false, "one message per file")
+	fs.StringVar(&o.acks, "acks", "written", "acks")
+	fs.Var(&o.offset, "o", "start offset")
+	fs.BoolVar(&o.exitEOF, "e", false, "exit at end")
+	fs.StringVar(&o.group, "G", "", "group")
+	fs.StringVar(&o.format, "f", "", "format")
+	fs.BoolVar(&o.unbuffered, "u", false, "unbuffered")
+	pos, err := r.parse(fs, usage, args)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		io.WriteString(r.stderr, usage)
+		return usageErr("one of -P, -C or -L is required")
+	}
+	n := 0
+	for _, b := range []bool{o.produce, o.consume, o.list} {
+		if b {
+			n++
+		}
+	}
+	if n != 1 {
+		return usageErr("give exactly one of -P (produce), -C (consume) or -L (metadata)")
+	}
+	if err := r.c.resolve(r.getenv); err != nil {
+		return err
+	}
+	if o.count < 0 {
+		return usageErr("-c %d: want a positive count", o.count)
+	}
+	if len(o.group) > wire.MaxGroupName {
+		return usageErr("-G: group name of %d bytes, limit %d", len(o.group), wire.MaxGroupName)
+	}
+	switch {
+	case o.list:
+		if len(pos) > 0 {
+			return usageErr("-L takes no arguments, got %q", pos[0])
+		}
+		return r.metadataList(ctx, o.topic, o.group)
+	case o.produce:
+		p, err := o.produceConfig(pos)
+		if err != nil {
+			return err
+		}
+		return r.produce(ctx, p)
+	default:
+		if len(pos) > 0 {
+			return usageErr("-C takes no arguments, got %q", pos[0])
+		}
+		cc, err := o.consumeConfig(r.c.json)
+		if err != nil {
+			return err
+		}
+		return r.consume(ctx, cc)
+	}
+}
+
+func (o *kcatOpts) needTopic() error {
+	if o.topic == "" {
+		return usageErr("-t TOPIC is required")
+	}
+	if err := wire.ValidTopicName(o.topic); err != nil {
+		return usageErr("-t: %v", err)
+	}
+	return nil
+}
+
+// produceConfig checks the -P flags.
+func (o *kcatOpts) produceConfig(files []string) (produceConfig, error) {
+	p := produceConfig{topic: o.topic, files: files, wholeFiles: o.wholeFiles, count: o.count, partition: o.partition}
+	if err := o.needTopic(); err != nil {
+		return p, err
+	}
+	if o.consumeOnly() {
+		return p, usageErr("-o, -e, -G, -f and -u are consumer flags: use them with -C")
+	}
+	var err error
+	if p.delim, err = unescape(o.delim); err != nil {
+		return p, usageErr("-D: %v", err)
+	}
+	if len(p.delim) == 0 {
+		return p, usageErr("-D: the delimiter is empty")
+	}
+	if p.keyDelim, err = unescape(o.keyDelim); err != nil {
+		return p, usageErr("-K: %v", err)
+	}
+	if o.key != "" {
+		p.key = []byte(o.key)
+	}
+	for _, h := range o.headers {
+		name, val, ok := splitHeader(h)
+		if !ok {
+			return p, usageErr("-H %q: want name=value", h)
+		}
+		p.headers = append(p.headers, wire.RecordHeader{Name: []byte(name), Value: []byte(val)})
+	}
+	codec := o.codec
+	if codec == "snappy" {
+		codec = "s2"
+	}
+	if p.codec, err = wire.ParseCodec(codec); err != nil {
+		return p, usageErr("-z: %v", err)
+	}
+	switch o.acks {
+	case "none":
+		p.acks = client.AckNone
+	case "written", "":
+		p.acks = client.AckWritten
+	case "durable":
+		p.acks = client.AckDurable
+	default:
+		return p, usageErr("--acks %q: want none, written or durable", o.acks)
+	}
+	if p.wholeFiles && len(files) == 0 {
+		return p, usageErr("-l sends each FILE as one message: name the files")
+	}
+	return p, nil
+}
+
+func (o *kcatOpts) consumeOnly() bool {
+	return len(o.offset) > 0 || o.exitEOF || o.group != "" || o.format != "" || o.unbuffered
+}
+
+func splitHeader(h string) (string, string, bool) {
+	for i := 0; i < len(h); i++ {
+		if h[i] == '=' {
+			return h[:i], h[i+1:], i > 0
+		}
+	}
+	return "", "", false
+}
+
+// consumeConfig checks the -C flags.
+func (o *kcatOpts) consumeConfig(jsonOut bool) (consumeConfig, error) {
+	cc := consumeConfig{topic: o.topic, partition: o.partition, count: o.count, exitEOF: o.exitEOF, group: o.group, unbuffered: o.unbuffered}
+	if err := o.needTopic(); err != nil {
+		return cc, err
+	}
+	if o.key != "" || len(o.headers) > 0 || o.wholeFiles || o.codec != "none" || o.acks != "written" {
+		return cc, usageErr("-k, -H, -l, -z and --acks are producer flags: use them with -P")
+	}
+	if o.partition.set && o.partition.v < 0 {
+		return cc, usageErr("-p %d: give a partition, or leave -p out for all", o.partition.v)
+	}
+	var err error
+	if cc.start, err = parseOffset(o.offset); err != nil {
+		return cc, usageErr("-o: %v", err)
+	}
+	delim, err := unescape(o.delim)
+	if err != nil {
+		return cc, usageErr("-D: %v", err)
+	}
+	keyDelim, err := unescape(o.keyDelim)
+	if err != nil {
+		return cc, usageErr("-K: %v", err)
+	}
+	switch {
+	case o.format != "" && jsonOut:
+		return cc, usageErr("-f and -J are two output formats: give one")
+	case o.format != "":
+		if cc.format, err = parseFormat(o.format); err != nil {
+			return cc, usageErr("-f: %v", err)
+		}
+	case jsonOut:
+		cc.json, cc.delim = true, delim
+	default:
+		cc.format = plainFormat(delim, keyDelim) // keyDelim is empty only without -K
+	}
+	return cc, nil
+}

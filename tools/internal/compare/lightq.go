@@ -1,0 +1,194 @@
+package compare
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/lightq/lightq/wire"
+
+	lq "github.com/lightq/lightq/client"
+)
+
+// The LightQ side of the cases: lqbench runs against a fresh lightq broker.
+
+// lqResult is the part of lqbench --json the tool reads.
+type lqResult struct {
+	Messages   int64   `json:"messages"`
+	Seconds    float64 `json:"seconds"`
+	MsgsPerSec float64 `json:"msgs_per_sec"`
+	Produced   int64   `json:"produced"`
+	Dropped    uint64  `json:"dropped"`
+	Failed     int64   `json:"failed"`
+	FirstError string  `json:"first_error"`
+	P50        float64 `json:"p50_us"`
+	P99        float64 `json:"p99_us"`
+	P999       float64 `json:"p999_us"`
+	Max        float64 `json:"max_us"`
+	// e2e at a fixed rate: latency from the actual send rather than the intended slot.
+	SendP50  float64 `json:"send_p50_us"`
+	SendP99  float64 `json:"send_p99_us"`
+	SendP999 float64 `json:"send_p999_us"`
+	SendMax  float64 `json:"send_max_us"`
+}
+
+func parseLQ(c *client) (*lqResult, error) {
+	var res lqResult
+	if err := json.Unmarshal(c.stdout.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("%s: output is not lqbench JSON: %v: %q", c.name, err, tail(c.stdout.String(), 300))
+	}
+	if res.Failed > 0 {
+		return nil, fmt.Errorf("%s: %d failed sends (%s)", c.name, res.Failed, res.FirstError)
+	}
+	return &res, nil
+}
+
+func (m *meas) lqbench(ctx context.Context, role string, args ...string) *client {
+	full := append([]string{args[0], "-b", m.b.addr, "--json", "-q"}, args[1:]...)
+	return m.client(ctx, role, filepath.Join(m.r.bin, "lqbench"), full...)
+}
+
+// waitLQSubscribers polls the broker's STATS until topic has n subscribers.
+func waitLQSubscribers(ctx context.Context, addr, topic string, n int, sub *client) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	c, err := lq.Dial(ctx, addr, lq.Options{User: "admin", Password: adminPassword, ClientName: "compare"})
+	if err != nil {
+		return fmt.Errorf("admin connection: %w", err)
+	}
+	defer c.Close()
+	for {
+		st, err := c.Stats(ctx, topic)
+		if err == nil && len(st) > 0 {
+			if v, ok := st[0].Get("subscribers"); ok && int(v) >= n {
+				return nil
+			}
+		}
+		if sub.cmd.ProcessState != nil {
+			return fmt.Errorf("%s exited early: %s", sub.name, tail(sub.stderr.String(), 300))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s: %d subscribers not registered: %v", topic, n, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// lqTransient: `lqbench consume` (subs subscribers in one process) and `lqbench produce` as
+// separate processes, the consumer subscribed first, as nats bench sub / pub.
+func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs ...string) (sample, error) {
+	b, err := r.startLightQ(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.measure(ctx, b, func(m *meas) error {
+		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
+		sub := m.lqbench(ctx, "sub", "consume", "-t", "bench", "-s", sz, "-m", n, "--consumers", strconv.Itoa(subs), "--idle", "3s")
+		if err := sub.start(); err != nil {
+			return err
+		}
+		if err := waitLQSubscribers(ctx, b.addr, "bench", subs, sub); err != nil {
+			sub.cancel()
+			_ = sub.wait()
+			return err
+		}
+		pub := m.lqbench(ctx, "pub", append([]string{"produce", "-t", "bench", "-s", sz, "-m", n}, pubArgs...)...)
+		perr := pub.run()
+		serr := sub.wait()
+		if err := errors.Join(perr, serr); err != nil {
+			return err
+		}
+		p, err := parseLQ(pub)
+		if err != nil {
+			return err
+		}
+		s, err := parseLQ(sub)
+		if err != nil {
+			return err
+		}
+		m.s["pub"] = p.MsgsPerSec
+		m.s["sub"] = s.MsgsPerSec / float64(subs) // per subscriber
+		m.s["sub_mb"] = m.s["sub"] * float64(size) / 1e6
+		m.s["received"] = float64(s.Messages)
+		m.s["dropped"] = float64(s.Dropped)
+		m.s["delivered_pct"] = 100 * float64(s.Messages) / float64(msgs*subs)
+		if s.Messages+int64(s.Dropped) < int64(msgs*subs) {
+			return fmt.Errorf("subscribers accounted for %d of %d messages", s.Messages+int64(s.Dropped), msgs*subs)
+		}
+		return nil
+	})
+}
+
+// lqDurable: produce to a durable topic, then (thenReadBack) read everything back from the
+// beginning.
+func (r *runner) lqDurable(ctx context.Context, size, msgs int, fsync, acks string, read readBack) (sample, error) {
+	b, err := r.startLightQ(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.measure(ctx, b, func(m *meas) error {
+		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
+		pub := m.lqbench(ctx, "pub", "produce", "-t", "bench", "--kind", "durable", "--fsync", fsync, "--acks", acks, "-s", sz, "-m", n)
+		if err := pub.run(); err != nil {
+			return err
+		}
+		p, err := parseLQ(pub)
+		if err != nil {
+			return err
+		}
+		m.s["pub"] = p.MsgsPerSec
+		if read == produceOnly {
+			return nil
+		}
+		sub := m.lqbench(ctx, "sub", "consume", "-t", "bench", "--kind", "durable", "-s", sz, "-m", n, "--idle", "3s")
+		if err := sub.run(); err != nil {
+			return err
+		}
+		s, err := parseLQ(sub)
+		if err != nil {
+			return err
+		}
+		if s.Messages != int64(msgs) {
+			return fmt.Errorf("read back %d of %d messages", s.Messages, msgs)
+		}
+		m.s["sub"] = s.MsgsPerSec
+		return nil
+	})
+}
+
+// lqLatency: lqbench e2e at a fixed rate (open loop; latency from the intended send time).
+func (r *runner) lqLatency(ctx context.Context, kind wire.Kind) (sample, error) {
+	b, err := r.startLightQ(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.measure(ctx, b, func(m *meas) error {
+		n := int(float64(r.cfg.LatencyRate) * r.cfg.LatencyDuration.Seconds())
+		args := []string{"e2e", "-t", "bench", "-s", "100", "-m", strconv.Itoa(n), "--rate", strconv.Itoa(r.cfg.LatencyRate), "--idle", "3s", "--linger=" + r.cfg.LatencyLinger}
+		if kind == wire.KindDurable {
+			args = append(args, "--kind", "durable", "--fsync", "interval=2m", "--acks", "written")
+		}
+		c := m.lqbench(ctx, "clients", args...)
+		if err := c.run(); err != nil {
+			return err
+		}
+		res, err := parseLQ(c)
+		if err != nil {
+			return err
+		}
+		if res.Messages < int64(n) {
+			return fmt.Errorf("received %d of %d messages (%d dropped)", res.Messages, n, res.Dropped)
+		}
+		m.s["p50"], m.s["p99"], m.s["p999"], m.s["max"] = res.P50, res.P99, res.P999, res.Max
+		if res.SendP50 > 0 {
+			m.s["send_p50"], m.s["send_p99"], m.s["send_p999"], m.s["send_max"] = res.SendP50, res.SendP99, res.SendP999, res.SendMax
+		}
+		m.s["rate"] = res.MsgsPerSec
+		return nil
+	})
+}

@@ -1,0 +1,77 @@
+package compare
+
+import (
+	"context"
+	"time"
+)
+
+// One measurement: quiet wait, noise meter, clients, CPU accounting.
+
+// meas wraps one measurement: quiet wait, noise snapshot, clients, CPU accounting.
+type meas struct {
+	r       *runner
+	b       *brokerRun
+	s       sample
+	clients map[string][]*client
+	start   time.Time
+	srvCPU  float64
+	noise   *noiseMeter
+}
+
+// measure runs body against a fresh broker b (stopped at the end) and fills in the CPU and
+// noise figures.
+func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) error) (sample, error) {
+	if b == nil {
+		b = &brokerRun{}
+	}
+	defer func() {
+		if b.srv != nil {
+			b.stop()
+		}
+	}()
+	m := &meas{r: r, b: b, s: sample{}, clients: map[string][]*client{}}
+	idle := waitQuiet(ctx, r.cfg.QuietIdle, r.cfg.QuietWait, r.logf)
+	live := func() float64 { return 0 }
+	if b.srv != nil {
+		live = b.srv.cpuSeconds
+	}
+	m.noise = startNoise(live)
+	m.srvCPU = live()
+	m.start = time.Now()
+	if err := body(m); err != nil {
+		return nil, err
+	}
+	wall := time.Since(m.start).Seconds()
+	others, steal := m.noise.end()
+	if b.srv != nil {
+		if err := b.srv.exited(); err != nil {
+			return nil, err
+		}
+		m.s["server_cpu_pct"] = 100 * (live() - m.srvCPU) / wall
+	}
+	for role, cs := range m.clients {
+		var cpu float64
+		for _, c := range cs {
+			cpu += c.cpuSeconds()
+		}
+		m.s[role+"_cpu_pct"] = 100 * cpu / wall
+	}
+	m.s["wall_s"] = wall
+	if idle >= 0 {
+		m.s["idle_before"] = idle
+	}
+	m.s["others_cpu_pct"] = others
+	m.s["steal_pct"] = steal
+	return m.s, nil
+}
+
+// client makes a client process whose CPU counts under role.
+func (m *meas) client(ctx context.Context, role string, path string, args ...string) *client {
+	var env []string
+	if baseName(path) == "lqbench" {
+		env = []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}
+	}
+	c := newClient(ctx, m.r.cfg.RunTimeout, env, path, args...)
+	m.clients[role] = append(m.clients[role], c)
+	return c
+}

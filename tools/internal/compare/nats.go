@@ -1,0 +1,177 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The NATS side of the cases: nats bench and nats latency against a fresh nats-server.
+
+var natsRateRE = regexp.MustCompile(`stats: ([0-9,.]+) msgs/sec`)
+
+// natsRate reads msgs/sec from the first `stats:` line of nats bench output, as peers.sh.
+func natsRate(out string) (float64, error) {
+	m := natsRateRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no stats line in nats bench output: %q", tail(out, 400))
+	}
+	return strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64)
+}
+
+func (m *meas) nats(ctx context.Context, role string, args ...string) *client {
+	full := append([]string{"--no-context", "-s", m.b.addr}, args...)
+	return m.client(ctx, role, m.r.natsCLIPath, full...)
+}
+
+func clientOut(c *client) string { return c.stdout.String() + "\n" + c.stderr.String() }
+
+// waitNATSSubscribers polls /connz?subs=1 until subj has n subscriptions.
+func waitNATSSubscribers(ctx context.Context, mon, subj string, n int, sub *client) error {
+	deadline := time.Now().Add(15 * time.Second)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get(mon + "/connz?subs=1")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Count(string(body), `"`+subj+`"`) >= n {
+				return nil
+			}
+		}
+		if sub.cmd.ProcessState != nil {
+			return fmt.Errorf("%s exited early: %s", sub.name, tail(clientOut(sub), 300))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d subscriptions not registered", subj, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// natsCore: nats bench sub (subs clients in one process) and nats bench pub, as peers.sh.
+func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, error) {
+	b, err := r.startNATS(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	return r.measure(ctx, b, func(m *meas) error {
+		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
+		sub := m.nats(ctx, "sub", "bench", "sub", "bench.core", "--msgs", n, "--size", sz, "--clients", strconv.Itoa(subs), "--no-progress")
+		if err := sub.start(); err != nil {
+			return err
+		}
+		if err := waitNATSSubscribers(ctx, b.mon, "bench.core", subs, sub); err != nil {
+			sub.cancel()
+			_ = sub.wait()
+			return err
+		}
+		pub := m.nats(ctx, "pub", "bench", "pub", "bench.core", "--msgs", n, "--size", sz, "--no-progress")
+		perr := pub.run()
+		serr := sub.wait()
+		if err := errors.Join(perr, serr); err != nil {
+			return err
+		}
+		p, err := natsRate(clientOut(pub))
+		if err != nil {
+			return err
+		}
+		s, err := natsRate(clientOut(sub))
+		if err != nil {
+			return err
+		}
+		m.s["pub"] = p
+		m.s["sub"] = s / float64(subs) // the aggregated rate over subs subscribers
+		// nats bench sub ends only once every subscriber has received --msgs messages.
+		m.s["delivered_pct"] = 100
+		m.s["sub_mb"] = m.s["sub"] * float64(size) / 1e6
+		return nil
+	})
+}
+
+// natsJS: JetStream file stream, async publish in batches, then (thenReadBack) an ordered
+// consumer reads everything, as peers.sh.
+func (r *runner) natsJS(ctx context.Context, size, msgs int, syncInterval string, read readBack) (sample, error) {
+	b, err := r.startNATS(ctx, syncInterval)
+	if err != nil {
+		return nil, err
+	}
+	return r.measure(ctx, b, func(m *meas) error {
+		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
+		pub := m.nats(ctx, "pub", "bench", "js", "pub", "async", "bench.js", "--create", "--storage", "file", "--replicas", "1",
+			"--maxbytes", strconv.Itoa(msgs*(size+512)), "--batch", strconv.Itoa(r.cfg.JSBatch), "--msgs", n, "--size", sz, "--no-progress")
+		if err := pub.run(); err != nil {
+			return err
+		}
+		p, err := natsRate(clientOut(pub))
+		if err != nil {
+			return err
+		}
+		m.s["pub"] = p
+		if read == produceOnly {
+			return nil
+		}
+		sub := m.nats(ctx, "sub", "bench", "js", "ordered", "--msgs", n, "--size", sz, "--no-progress")
+		if err := sub.run(); err != nil {
+			return err
+		}
+		s, err := natsRate(clientOut(sub))
+		if err != nil {
+			return err
+		}
+		m.s["sub"] = s
+		return nil
+	})
+}
+
+// natsLatency: `nats latency` with both connections on the one server, at the fixed rate.
+// It stamps the actual send time (not an intended schedule slot) and paces by sleeping.
+func (r *runner) natsLatency(ctx context.Context) (sample, error) {
+	b, err := r.startNATS(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	return r.measure(ctx, b, func(m *meas) error {
+		c := m.nats(ctx, "clients", "latency", "--server-b", b.addr, "--size", "100",
+			"--rate", strconv.Itoa(r.cfg.LatencyRate), "--duration", r.cfg.LatencyDuration.String())
+		if err := c.run(); err != nil {
+			return err
+		}
+		out := clientOut(c)
+		for key, pct := range map[string]string{"p50": "50", "p99": "99", "p999": `99\.9`, "max": "100"} {
+			v, err := natsPct(out, pct)
+			if err != nil {
+				return err
+			}
+			m.s[key] = v
+		}
+		if mm := regexp.MustCompile(`Actual Msgs/Sec: ([0-9]+)`).FindStringSubmatch(out); mm != nil {
+			m.s["rate"], _ = strconv.ParseFloat(mm[1], 64)
+		}
+		return nil
+	})
+}
+
+// natsPct reads a percentile line of `nats latency` ("99:       123µs") in µs.
+func natsPct(out, pct string) (float64, error) {
+	re := regexp.MustCompile(`(?m)(?:^|\s)` + pct + `:\s+(\S+)\s*$`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no %s percentile in nats latency output: %q", pct, tail(out, 400))
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil {
+		return 0, fmt.Errorf("nats latency percentile %q: %v", m[1], err)
+	}
+	return float64(d) / float64(time.Microsecond), nil
+}
