@@ -288,7 +288,7 @@ func (c *conn) runCompletions() {
 	c.durableWaits -= len(acks)
 	for _, a := range acks {
 		if a.err != nil {
-			c.sendError(a.corr, storageCode(a.err), a.err.Error())
+			c.sendStorageError(a.corr, "", a.partition, a.err)
 			continue
 		}
 		resp := wire.ProduceResponse{Partition: a.partition, BaseOffset: a.base}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	qlog "github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -34,8 +35,10 @@ func (c *conn) reply(corr uint32, err error, ok func()) {
 	case errors.As(err, &ea):
 		c.sendError(corr, ea.code, ea.msg)
 	default:
+		// Not an answer of ours: a metadata or offsets file could not be written. Its text
+		// names server paths, so the client gets only what happened.
 		c.log.Error().Err(err).Msg("request failed")
-		c.sendError(corr, wire.CodeStorageError, err.Error())
+		c.sendError(corr, wire.CodeStorageError, "the broker could not store the change; its log has the details")
 	}
 }
 
@@ -43,4 +46,46 @@ func (c *conn) reply(corr uint32, err error, ok func()) {
 func errorBody(code wire.Code, msg string) []byte {
 	eb := wire.ErrorBody{Code: code, Message: msg}
 	return eb.AppendTo(nil)
+}
+
+// sendStorageError answers a request that a partition's log failed (Read, Append, Sync,
+// OffsetForTime, or a partition that could not be recovered at start). The client gets the
+// code and a text naming the partition and what went wrong, never the log's own text: that
+// carries the broker's file paths and byte positions, which go to the broker's log instead.
+// Expected outcomes (an offset out of range, a deleted topic) are not logged.
+// topic is "" where the caller does not know it (a durable ack names only its partition).
+func (c *conn) sendStorageError(corr uint32, topic string, partition uint32, err error) {
+	c.sendStorageErrorCode(corr, storageCode(err), topic, partition, err)
+}
+
+// sendStorageErrorCode is sendStorageError with a code chosen by the caller.
+func (c *conn) sendStorageErrorCode(corr uint32, code wire.Code, topic string, partition uint32, err error) {
+	if code != wire.CodeOffsetOutOfRange && code != wire.CodeUnknownTopic {
+		c.log.Warn().Err(err).Str("topic", topic).Uint32("partition", partition).Msg("storage error answered")
+	}
+	c.sendError(corr, code, storageMessage(topic, partition, err))
+}
+
+// storageMessage is the client's text for a log error: the sentinel's meaning, without paths.
+func storageMessage(topic string, partition uint32, err error) string {
+	where := fmt.Sprintf("partition %d", partition)
+	if topic != "" {
+		where = fmt.Sprintf("topic %q partition %d", topic, partition)
+	}
+	var re *qlog.RangeError
+	switch {
+	case errors.As(err, &re):
+		return fmt.Sprintf("%s: offset %d is outside the log, which holds [%d, %d)", where, re.Offset, re.Start, re.Next)
+	case errors.Is(err, qlog.ErrOffsetOutOfRange):
+		return where + ": offset out of range"
+	case errors.Is(err, qlog.ErrClosed):
+		return where + ": the topic was deleted"
+	case errors.Is(err, qlog.ErrStorageFull):
+		return where + ": the broker's disk is full; writes resume when space is freed"
+	case errors.Is(err, qlog.ErrCorrupt):
+		return where + ": the partition's files are damaged and it serves nothing until repaired; the broker's log says where"
+	case errors.Is(err, qlog.ErrBroken):
+		return where + ": the partition stopped taking writes after a storage failure; it recovers on a broker restart"
+	}
+	return where + ": storage error; the broker's log has the details"
 }

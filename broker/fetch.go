@@ -55,7 +55,7 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 	}
 	p := t.parts[m.Partition]
 	if p.dlog.err != nil {
-		c.sendError(corr, wire.CodeStorageError, p.dlog.err.Error())
+		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog.err)
 		return
 	}
 	if len(c.fetches)+c.cold+len(c.ready) >= maxFetchesPerConn {
@@ -87,7 +87,7 @@ func (c *conn) startReady() {
 	c.ready = c.ready[1:]
 	switch {
 	case r.err != nil:
-		c.sendError(r.fw.corr, fetchErrorCode(r.err), r.err.Error())
+		c.sendStorageError(r.fw.corr, r.fw.t.name, r.fw.p.id, r.err)
 	case r.chunk == nil:
 		c.fetchOrWait(r.fw)
 	default:
@@ -188,8 +188,6 @@ func readInto(chunk *qlog.Chunk) {
 	}
 }
 
-func fetchErrorCode(err error) wire.Code { return storageCode(err) }
-
 // tryFetch answers fw if data is readable (or the request is bad). It returns false when the
 // fetch must wait for data.
 func (c *conn) tryFetch(fw *fetchWait) bool {
@@ -198,7 +196,7 @@ func (c *conn) tryFetch(fw *fetchWait) bool {
 	chunk, err := d.log.Read(fw.req.Offset, limit, c.fetchMaxBytes(fw))
 	switch {
 	case err != nil:
-		c.sendError(fw.corr, fetchErrorCode(err), err.Error())
+		c.sendStorageError(fw.corr, fw.t.name, fw.p.id, err)
 		return true
 	case chunk == nil:
 		return false

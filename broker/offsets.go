@@ -205,7 +205,7 @@ func (c *conn) durablePartition(corr uint32, topicName string, partition uint32)
 	}
 	p := t.parts[partition]
 	if p.dlog.err != nil {
-		c.sendError(corr, wire.CodeStorageError, p.dlog.err.Error())
+		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog.err)
 		return nil, nil
 	}
 	return t, p
@@ -234,7 +234,7 @@ func (c *conn) handleListOffsets(corr uint32, body []byte) {
 			off, err := l.OffsetForTime(m.Timestamp)
 			c.complete(func(c *conn) {
 				if err != nil {
-					c.sendError(corr, storageCode(err), err.Error())
+					c.sendStorageError(corr, string(m.Topic), m.Partition, err)
 					return
 				}
 				resp := wire.OffsetResponse{Offset: off}

@@ -163,14 +163,13 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	d := p.dlog
 	if d.err != nil {
 		t.stats.rejected.Add(1)
-		c.sendError(corr, wire.CodeStorageError, d.err.Error())
+		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, d.err)
 		return
 	}
 	base, err := d.log.Append(m.Batch, count)
 	if err != nil {
 		t.stats.rejected.Add(1)
-		c.log.Warn().Err(err).Str("topic", t.name).Uint32("partition", p.id).Msg("append refused")
-		c.sendError(corr, storageCode(err), err.Error())
+		c.sendStorageError(corr, t.name, p.id, err)
 		return
 	}
 	t.stats.msgsIn.Add(uint64(count))

@@ -1,0 +1,41 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	qlog "github.com/lightq/lightq/log"
+	"github.com/lightq/lightq/wire"
+)
+
+// A log error reaches the client as its code and a text that names the partition and the
+// sentinel's meaning, never the server's file paths.
+func TestStorageMessageNamesNoPath(t *testing.T) {
+	const path = "/srv/lightq/data/topics/events/0/00000000000000000000.log"
+	for _, tc := range []struct {
+		err  error
+		code wire.Code
+		want string
+	}{
+		{fmt.Errorf("%w: %s at 4096: bad CRC", qlog.ErrCorrupt, path), wire.CodeStorageError, "damaged"},
+		{fmt.Errorf("partition 0 cannot be served: %w", fmt.Errorf("%w: %s", qlog.ErrCorrupt, path)), wire.CodeStorageError, "damaged"},
+		{fmt.Errorf("%w: fsync %s: input/output error", qlog.ErrBroken, path), wire.CodeStorageError, "stopped taking writes"},
+		{fmt.Errorf("%w: write %s", qlog.ErrStorageFull, path), wire.CodeStorageFull, "disk is full"},
+		{&qlog.RangeError{Offset: 99, Start: 0, Next: 5}, wire.CodeOffsetOutOfRange, "offset 99 is outside the log, which holds [0, 5)"},
+		{qlog.ErrClosed, wire.CodeUnknownTopic, "deleted"},
+		{fmt.Errorf("log: read %s at 12: %w", path, errors.New("EIO")), wire.CodeStorageError, "storage error"},
+	} {
+		msg := storageMessage("events", 3, tc.err)
+		if strings.Contains(msg, "/srv") || !strings.Contains(msg, tc.want) || !strings.Contains(msg, `topic "events" partition 3`) {
+			t.Errorf("storageMessage(%v) = %q, want it to say %q and name no path", tc.err, msg, tc.want)
+		}
+		if code := storageCode(tc.err); code != tc.code {
+			t.Errorf("storageCode(%v) = %s, want %s", tc.err, code, tc.code)
+		}
+	}
+	if msg := storageMessage("", 2, qlog.ErrBroken); !strings.HasPrefix(msg, "partition 2: ") {
+		t.Errorf("without a topic: %q", msg)
+	}
+}
