@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -364,11 +363,11 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			c.fail(lost(fmt.Errorf("%w: %w", ErrProtocol, err)))
 			return
 		}
-		if wire.Op(buf[7]) == wire.OpDeliver {
-			if s := c.subscription(binary.BigEndian.Uint32(buf[12:wire.HeaderSize])); s != nil {
+		if h, _ := wire.PeekHeader(buf[:wire.HeaderSize]); h.Op == wire.OpDeliver {
+			if s := c.subscription(h.Corr); s != nil {
 				// Read the body straight into a buffer the subscription keeps: the batch
 				// is not copied again on its way to the consumer.
-				body := s.takeBuffer(n - wire.HeaderSize)
+				body := s.takeBuffer(h.BodyLen())
 				if _, err := io.ReadFull(br, body); err != nil {
 					c.fail(lost(err))
 					return

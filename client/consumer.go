@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -223,9 +222,6 @@ func (ch *chunk) records(b *batchRef) []byte {
 
 // maxFreeChunks bounds the chunks a partition keeps for reuse.
 const maxFreeChunks = 8
-
-// batchCountOffset is where a batch header holds its record count (PROTOCOL.md section 7).
-const batchCountOffset = 20
 
 // fetchCall is the pending slot of one FETCH; a fetcher reuses two of them.
 type fetchCall struct {
@@ -823,13 +819,15 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 func scanEnd(b []byte, from int64) (int64, error) {
 	end := from
 	for len(b) > 0 {
-		n := wire.BatchSize(b)
-		if n < wire.BatchHeaderSize || n > len(b) {
-			return end, fmt.Errorf("%w: batch of %d bytes with %d left in the answer", wire.ErrCorruptBatch, n, len(b))
+		n := wholeBatchSize(b)
+		if n == 0 {
+			return end, fmt.Errorf("%w: batch of %d bytes with %d left in the answer", wire.ErrCorruptBatch, wire.BatchSize(b), len(b))
 		}
-		base := int64(binary.BigEndian.Uint64(b))
-		count := int64(binary.BigEndian.Uint32(b[batchCountOffset:]))
-		end = max(end, base+count)
+		h, err := wire.PeekBatchHeader(b)
+		if err != nil {
+			return end, err // process names the batch
+		}
+		end = max(end, h.NextOffset())
 		b = b[n:]
 	}
 	return end, nil
@@ -844,14 +842,13 @@ func (k *Consumer) process(p *partState, ch *chunk, from int64) error {
 	var bad error
 	for off < len(ch.raw) {
 		rest := ch.raw[off:]
-		n := wire.BatchSize(rest)
-		if n < wire.BatchHeaderSize || n > len(rest) {
+		n := wholeBatchSize(rest)
+		if n == 0 {
 			break // scanEnd reports it
 		}
-		base := int64(binary.BigEndian.Uint64(rest))
 		bt, err := wire.ParseBatch(rest[:n], k.maxBatch)
 		if err != nil {
-			bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, base, err)
+			bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, wire.BatchBaseOffset(rest), err)
 			break
 		}
 		if bt.BaseOffset+int64(bt.RecordCount) > from {
@@ -862,7 +859,7 @@ func (k *Consumer) process(p *partState, ch *chunk, from int64) error {
 			} else {
 				ref.inDec, ref.start = true, len(ch.dec)
 				if ch.dec, err = p.comp.Decompress(ch.dec, &bt); err != nil {
-					bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, base, err)
+					bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, bt.BaseOffset, err)
 					break
 				}
 				ref.end = len(ch.dec)

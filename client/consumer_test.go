@@ -4,7 +4,6 @@ package client_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
@@ -479,17 +478,18 @@ func TestConsumerCorruptBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hdr [12]byte
+	var hdr [wire.BatchHeaderSize]byte
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
 		t.Fatal(err)
 	}
-	second := int64(binary.BigEndian.Uint32(hdr[8:])) + 12
+	second := int64(wire.BatchSize(hdr[:]))
+	flip := second + wire.BatchHeaderSize + 16 // in the records
 	var b [1]byte
-	if _, err := f.ReadAt(b[:], second+60); err != nil {
+	if _, err := f.ReadAt(b[:], flip); err != nil {
 		t.Fatal(err)
 	}
 	b[0] ^= 0xff
-	if _, err := f.WriteAt(b[:], second+60); err != nil {
+	if _, err := f.WriteAt(b[:], flip); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
