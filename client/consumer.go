@@ -1,0 +1,390 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// The durable-topic consumer: per partition a fetcher goroutine that keeps up to two FETCHes
+// going, verifies (CRC) and decompresses what comes back and queues it, bounded in bytes; Each
+// walks the queue without allocating; DialConsumer adds a supervisor goroutine that redials a
+// lost connection and restarts the fetchers from the consumer's positions.
+//
+// This file holds the options, the Consumer type, construction, the accessors, error
+// reporting and Close; doc.go maps the other consumer_*.go files and gives the lock order.
+// Consumer.mu is never held while calling out.
+
+// ErrOffsetReset is reported to ConsumerOptions.OnError (wrapped, with the partition and the
+// offsets) when a partition's position was below the log start offset, because retention
+// removed the records, and the consumer skipped ahead to the log start.
+var ErrOffsetReset = errors.New("lightq: consumer position below the log start: records skipped")
+
+// ConsumerOptions configure a Consumer of a durable topic. Only Topic is required.
+type ConsumerOptions struct {
+	Topic string
+	// Partitions to consume; default every partition of the topic.
+	Partitions []int32
+	// Group, when set, names a consumer group: each partition starts at the group's committed
+	// offset (FETCH_COMMITTED), or at Start when the group has committed nothing for it, and
+	// Commit / AutoCommit store the consumer's positions for the group. Groups are
+	// client-side: two consumers of one group do not share the partitions, they both read
+	// what they are given.
+	Group string
+	// Start is where a partition without a committed offset starts. Default Earliest().
+	Start StartPosition
+	// MaxBytes is the max bytes of one FETCH. Default 1 MiB. The broker always sends at least
+	// one whole batch, so a larger batch still comes through.
+	MaxBytes int
+	// MaxWait is how long a FETCH at the end of the log waits for new records (long poll).
+	// Default 500ms.
+	MaxWait time.Duration
+	// Prefetch bounds, per partition, the bytes fetched but not yet consumed (raw batches
+	// plus their decompressed records). A fetcher sends a FETCH only while its partition holds
+	// less, so the client holds at most Prefetch + one FETCH response (MaxBytes, or one batch
+	// when a batch is larger) per partition. Default 4 MiB.
+	Prefetch int
+	// Isolation of the FETCHes. Default wire.IsolationDurable: only records as safe as the
+	// topic's fsync policy makes them.
+	Isolation wire.Isolation
+	// AutoCommit, with a Group, commits the consumed positions this often and at Close.
+	// Default 1s; a negative value disables both (call Commit yourself).
+	AutoCommit time.Duration
+	// OnError receives non-fatal errors: a transient FETCH failure before its retry, a lost
+	// connection being redialled (DialConsumer), a failed automatic commit, an offset reset
+	// (ErrOffsetReset). Calls are made one at a time from a consumer goroutine; OnError may
+	// call any Consumer method. When errors come faster than it returns, some are dropped.
+	OnError func(error)
+}
+
+// Consumer reads a durable topic by offset. Consume it with Each (no allocation per record)
+// or Messages (a channel of copies), not both, and from one goroutine at a time. Commit,
+// CommitOffsets, Position, Buffered, Err and Close are safe from any goroutine, including a
+// handler.
+//
+// Delivery. Records arrive in offset order per partition; partitions are interleaved. A
+// partition's position is the next offset to deliver: it moves past a record when the
+// handler called for it returns (with or without an error; Messages: when the copy has been
+// received from the channel). A record below its partition's position is never delivered
+// again by the same Consumer, and fetchers (re)start at the position, so nothing is skipped
+// or repeated, across reconnects too. A new consumer of the same group starts at the
+// committed offsets: it receives again the records delivered after the last successful
+// commit (at-least-once).
+type Consumer struct {
+	topic    string
+	opts     ConsumerOptions
+	parts    []*partState
+	byID     map[int32]*partState
+	maxBatch int
+	maxBytes uint32
+	maxWait  uint32 // ms
+	reqWait  time.Duration
+
+	// reconnecting mode (DialConsumer)
+	owned bool
+	addr  string
+	dopts Options
+
+	connMu sync.Mutex
+	conn   *Conn
+
+	ctx    context.Context // ends at Close or at a fatal error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // fetchers, supervisor, auto-committer
+
+	errs     chan error // to the reporter goroutine
+	commitMu sync.Mutex
+
+	// mu guards the queue, the terminal error, and the buffered/gen/free fields of partState.
+	mu     sync.Mutex
+	queue  []*chunk
+	head   int
+	err    error         // terminal: ErrClosed after Close, or a fatal error once Each reached it
+	signal chan struct{} // cap 1: an item was queued
+
+	closing   chan struct{}
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	msgsOnce sync.Once
+	msgs     chan Received
+	msgsCtx  context.Context
+	msgsStop context.CancelFunc
+
+	// Each's state, owned by whoever holds consumeMu.
+	consumeMu sync.Mutex
+	cur       *chunk
+	bi        int // next batch of cur
+	itActive  bool
+	it        wire.RecordIter
+	itBase    int64
+	rec       wire.Record
+	recv      Received
+}
+
+// partState is one consumed partition.
+type partState struct {
+	id        int32
+	pos       atomic.Int64 // next offset to deliver; written by Each only (and at setup)
+	committed atomic.Int64 // last offset committed for the group, -1 when none
+	moved     atomic.Bool  // pos moved by a delivery: Commit has something to store
+	hw        atomic.Int64 // high watermark of the latest FETCH response
+
+	// guarded by Consumer.mu
+	buffered int
+	gen      uint64 // bumped when a reconnect makes queued chunks stale
+	free     []*chunk
+
+	space chan struct{} // cap 1: buffered went down
+
+	// owned by the partition's fetcher goroutine (one at a time)
+	comp  wire.Compressor
+	req   []byte
+	calls [2]fetchCall
+	timer *time.Timer
+}
+
+// NewConsumer returns a consumer of a durable topic on c. It looks up the partitions and each
+// partition's start offset before returning. When c breaks, the consumer fails: Each returns
+// the connection's error once the records already fetched are consumed. DialConsumer makes a
+// consumer that reconnects instead.
+func (c *Conn) NewConsumer(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
+	return newConsumer(ctx, c, opts, false, "", Options{})
+}
+
+// DialConsumer dials addr and returns a consumer that owns its connection. When the
+// connection is lost it reports the loss to OnError, redials with backoff (50ms doubling up
+// to 2s, until Close; a wrong password fails the consumer) and resumes every partition at
+// its position, so that no record is skipped or delivered twice. Records already fetched but
+// not yet delivered are dropped and fetched again. The only records a reconnect can repeat or
+// lose are those the broker itself lost: with fsync=interval or never, or Isolation
+// written, records read before a broker crash may not exist after it (a position beyond the
+// new end of the log fails the consumer; see AtOffset). Close closes the connection.
+func DialConsumer(ctx context.Context, addr string, opts Options, copts ConsumerOptions) (*Consumer, error) {
+	c, err := Dial(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	k, err := newConsumer(ctx, c, copts, true, addr, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool, addr string, dopts Options) (*Consumer, error) {
+	if err := wire.ValidTopicName(opts.Topic); err != nil {
+		return nil, fmt.Errorf("lightq: %w", err)
+	}
+	if len(opts.Group) > wire.MaxGroupName {
+		return nil, fmt.Errorf("lightq: group name of %d bytes, limit %d", len(opts.Group), wire.MaxGroupName)
+	}
+	if opts.Isolation > wire.IsolationWritten {
+		return nil, fmt.Errorf("lightq: isolation %d", opts.Isolation)
+	}
+	if opts.Start.kind == startOffset && opts.Start.offset < 0 {
+		return nil, fmt.Errorf("lightq: start offset %d", opts.Start.offset)
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 1 << 20
+	}
+	opts.MaxBytes = min(opts.MaxBytes, c.Limits().MaxFrame)
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 500 * time.Millisecond
+	}
+	opts.MaxWait = min(opts.MaxWait, 30*time.Second)
+	if opts.Prefetch <= 0 {
+		opts.Prefetch = 4 << 20
+	}
+	if opts.AutoCommit == 0 {
+		opts.AutoCommit = time.Second
+	}
+
+	md, err := c.Metadata(ctx, opts.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if len(md) != 1 || md[0].Name != opts.Topic {
+		return nil, &wire.Error{Code: wire.CodeUnknownTopic, Message: opts.Topic}
+	}
+	if md[0].Kind != wire.KindDurable {
+		return nil, &wire.Error{Code: wire.CodeNotSupported, Message: fmt.Sprintf("topic %q is not durable: Subscribe to it", opts.Topic)}
+	}
+	ids := opts.Partitions
+	if len(ids) == 0 {
+		for _, pm := range md[0].Partitions {
+			ids = append(ids, int32(pm.ID))
+		}
+	}
+	k := &Consumer{
+		topic: opts.Topic, opts: opts, byID: make(map[int32]*partState, len(ids)),
+		maxBatch: c.Limits().MaxBatch, maxBytes: uint32(opts.MaxBytes), maxWait: uint32(opts.MaxWait / time.Millisecond),
+		owned: owned, addr: addr, dopts: dopts, conn: c,
+		errs: make(chan error, 64), signal: make(chan struct{}, 1), closing: make(chan struct{}),
+	}
+	k.dopts.setDefaults()
+	k.reqWait = c.opts.RequestTimeout + opts.MaxWait
+	for _, id := range ids {
+		if id < 0 || int(id) >= len(md[0].Partitions) {
+			return nil, &wire.Error{Code: wire.CodeUnknownPartition, Message: fmt.Sprintf("topic %q has partitions 0-%d, not %d", opts.Topic, len(md[0].Partitions)-1, id)}
+		}
+		if k.byID[id] != nil {
+			return nil, fmt.Errorf("lightq: partition %d listed twice", id)
+		}
+		p := &partState{id: id, space: make(chan struct{}, 1)}
+		p.committed.Store(-1)
+		p.hw.Store(-1)
+		for i := range p.calls {
+			p.calls[i].done = make(chan struct{}, 1)
+		}
+		k.byID[id] = p
+		k.parts = append(k.parts, p)
+	}
+	for _, p := range k.parts {
+		start, err := k.resolveStart(ctx, c, p)
+		if err != nil {
+			return nil, err
+		}
+		p.pos.Store(start)
+	}
+	k.recv.Topic = opts.Topic
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+	k.msgsCtx, k.msgsStop = context.WithCancel(context.Background())
+	go k.reporter()
+	if owned {
+		k.wg.Add(1)
+		go k.supervise(c)
+	} else {
+		k.startSession(c)
+	}
+	if opts.Group != "" && opts.AutoCommit > 0 {
+		k.wg.Add(1)
+		go k.autoCommit()
+	}
+	return k, nil
+}
+
+// Topic is the consumed topic.
+func (k *Consumer) Topic() string { return k.topic }
+
+// Partitions lists the consumed partitions.
+func (k *Consumer) Partitions() []int32 {
+	out := make([]int32, len(k.parts))
+	for i, p := range k.parts {
+		out[i] = p.id
+	}
+	return out
+}
+
+// Position is the next offset the consumer will deliver from partition (the offset of the
+// last delivered record + 1, or the start offset), or -1 for a partition it does not consume.
+func (k *Consumer) Position(partition int32) int64 {
+	if p := k.byID[partition]; p != nil {
+		return p.pos.Load()
+	}
+	return -1
+}
+
+// HighWatermark is the partition's high watermark as of the latest FETCH answer (the offset
+// after the last readable record), or -1 before the first answer or for an unknown partition.
+// HighWatermark - Position is the partition's lag.
+func (k *Consumer) HighWatermark(partition int32) int64 {
+	if p := k.byID[partition]; p != nil {
+		return p.hw.Load()
+	}
+	return -1
+}
+
+// Buffered is the number of bytes fetched and held by the consumer but not yet consumed (raw
+// batches plus decompressed records), over all partitions.
+func (k *Consumer) Buffered() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, p := range k.parts {
+		n += p.buffered
+	}
+	return n
+}
+
+// Err is nil while the consumer works, ErrClosed after Close, or the fatal error that ended it.
+func (k *Consumer) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+func (k *Consumer) currentConn() *Conn {
+	k.connMu.Lock()
+	defer k.connMu.Unlock()
+	return k.conn
+}
+
+// report hands a non-fatal error to OnError without blocking.
+func (k *Consumer) report(err error) {
+	if k.opts.OnError == nil {
+		return
+	}
+	select {
+	case k.errs <- err:
+	default:
+	}
+}
+
+// reporter calls OnError, so that the goroutines that find errors never wait for it.
+func (k *Consumer) reporter() {
+	for {
+		select {
+		case err := <-k.errs:
+			if k.opts.OnError != nil {
+				k.opts.OnError(err)
+			}
+		case <-k.ctx.Done():
+			return
+		}
+	}
+}
+
+// Close stops the fetchers and, with a Group and AutoCommit not disabled, commits the
+// positions (bounded by Options.RequestTimeout); it closes the connection of a DialConsumer.
+// Each and Messages end with ErrClosed; a record whose handler is running during Close is
+// not committed. It is idempotent and safe from any goroutine, including a handler and
+// OnError; it returns the commit's error.
+func (k *Consumer) Close() error {
+	k.closeOnce.Do(func() {
+		k.mu.Lock()
+		if k.err == nil {
+			k.err = ErrClosed
+		}
+		k.mu.Unlock()
+		k.closed.Store(true)
+		close(k.closing)
+		k.cancel()
+		k.msgsStop()
+		k.wg.Wait()
+		if k.opts.Group != "" && k.opts.AutoCommit > 0 {
+			c := k.currentConn()
+			ctx, cancel := c.withTimeout(context.Background())
+			k.closeErr = k.Commit(ctx)
+			cancel()
+		}
+		if k.owned {
+			k.currentConn().Close()
+		}
+		k.mu.Lock()
+		clear(k.queue)
+		k.queue, k.head = nil, 0
+		for _, p := range k.parts {
+			p.free = nil
+		}
+		k.mu.Unlock()
+	})
+	return k.closeErr
+}
