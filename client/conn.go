@@ -307,10 +307,18 @@ func (c *Conn) beginWrite() error {
 	return nil
 }
 
-// endWrite flushes (when flush is set) and unlocks the writer. A write error breaks the
+// flushMode says whether endWrite pushes the buffered frames to the socket.
+type flushMode uint8
+
+const (
+	flushNow   flushMode = iota // the frame goes out before endWrite returns
+	flushLater                  // it waits in the buffer for a later flush (producer batching)
+)
+
+// endWrite flushes (with flushNow) and unlocks the writer. A write error breaks the
 // connection: a partial frame cannot be taken back.
-func (c *Conn) endWrite(werr error, flush bool) error {
-	if werr == nil && flush {
+func (c *Conn) endWrite(werr error, flush flushMode) error {
+	if werr == nil && flush == flushNow {
 		werr = c.bw.Flush()
 	}
 	c.wmu.Unlock()
@@ -345,7 +353,7 @@ func (c *Conn) writeFrame(op wire.Op, corr uint32, body []byte) error {
 	if err == nil {
 		_, err = c.bw.Write(body)
 	}
-	return c.endWrite(err, true)
+	return c.endWrite(err, flushNow)
 }
 
 // readLoop reads frames until the connection fails and dispatches each one. The frame buffer

@@ -155,7 +155,7 @@ type partState struct {
 // the connection's error once the records already fetched are consumed. DialConsumer makes a
 // consumer that reconnects instead.
 func (c *Conn) NewConsumer(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
-	return newConsumer(ctx, c, opts, false, "", Options{})
+	return newConsumer(ctx, c, opts, nil)
 }
 
 // DialConsumer dials addr and returns a consumer that owns its connection. When the
@@ -171,7 +171,7 @@ func DialConsumer(ctx context.Context, addr string, opts Options, copts Consumer
 	if err != nil {
 		return nil, err
 	}
-	k, err := newConsumer(ctx, c, copts, true, addr, opts)
+	k, err := newConsumer(ctx, c, copts, &redialTarget{addr: addr, opts: opts})
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -179,7 +179,15 @@ func DialConsumer(ctx context.Context, addr string, opts Options, copts Consumer
 	return k, nil
 }
 
-func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool, addr string, dopts Options) (*Consumer, error) {
+// redialTarget is where a DialConsumer dials again when it loses its connection.
+type redialTarget struct {
+	addr string
+	opts Options
+}
+
+// newConsumer makes a consumer on c. With a redial target (DialConsumer) the consumer owns c
+// and replaces it when it breaks; without (nil, NewConsumer) c is the caller's.
+func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *redialTarget) (*Consumer, error) {
 	if err := wire.ValidTopicName(opts.Topic); err != nil {
 		return nil, fmt.Errorf("lightq: %w", err)
 	}
@@ -226,8 +234,10 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool,
 	k := &Consumer{
 		topic: opts.Topic, opts: opts, byID: make(map[int32]*partState, len(ids)),
 		maxBatch: c.Limits().MaxBatch, maxBytes: uint32(opts.MaxBytes), maxWait: uint32(opts.MaxWait / time.Millisecond),
-		owned: owned, addr: addr, dopts: dopts, conn: c,
-		errs: make(chan error, 64), signal: make(chan struct{}, 1), closing: make(chan struct{}),
+		conn: c, errs: make(chan error, 64), signal: make(chan struct{}, 1), closing: make(chan struct{}),
+	}
+	if redial != nil {
+		k.owned, k.addr, k.dopts = true, redial.addr, redial.opts
 	}
 	k.dopts.setDefaults()
 	k.reqWait = c.opts.RequestTimeout + opts.MaxWait
@@ -258,7 +268,7 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool,
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.msgsCtx, k.msgsStop = context.WithCancel(context.Background())
 	go k.reporter()
-	if owned {
+	if k.owned {
 		k.wg.Add(1)
 		go k.supervise(c)
 	} else {

@@ -22,10 +22,21 @@ import (
 // covers the records before the current one) and Close. The context is checked between
 // batches.
 func (k *Consumer) Each(ctx context.Context, handler func(*Received) error) error {
-	return k.each(ctx, handler, true)
+	return k.each(ctx, handler, advanceOnError)
 }
 
-func (k *Consumer) each(ctx context.Context, handler func(*Received) error, advanceOnError bool) error {
+// positionOnError says what a handler's error means for its record's position.
+type positionOnError uint8
+
+const (
+	// advanceOnError: the record counts as delivered; the position moves past it (Each).
+	advanceOnError positionOnError = iota
+	// holdOnError: the record was not delivered; the position stays at it (Messages, whose
+	// handler fails only when the copy was not received).
+	holdOnError
+)
+
+func (k *Consumer) each(ctx context.Context, handler func(*Received) error, onError positionOnError) error {
 	k.consumeMu.Lock()
 	defer k.consumeMu.Unlock()
 	done := ctx.Done()
@@ -67,7 +78,7 @@ func (k *Consumer) each(ctx context.Context, handler func(*Received) error, adva
 				r.Timestamp = time.UnixMilli(k.rec.Timestamp)
 				r.Key, r.Value, r.Headers = k.rec.Key, k.rec.Value, k.rec.Headers
 				err := handler(r)
-				if err == nil || advanceOnError {
+				if err == nil || onError == advanceOnError {
 					p.pos.Store(r.Offset + 1)
 					if !p.moved.Load() {
 						p.moved.Store(true)
@@ -113,7 +124,7 @@ func (k *Consumer) Messages() <-chan Received {
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-			}, false)
+			}, holdOnError)
 		}()
 	})
 	return k.msgs

@@ -28,7 +28,7 @@ func TestProducerBatchOpenedWhileFlusherWaitsForSlot(t *testing.T) {
 	send(0, 0) // sealed after linger, takes the only slot; its ack is held
 	waitFor(t, func() bool { return len(fb.Batches("events", 0)) == 1 })
 	send(1, 1)             // due after linger; the flusher then waits for the slot
-	time.Sleep(3 * linger) // the flusher is now blocked in sealDue on partition 1
+	time.Sleep(3 * linger) // the flusher is now blocked in sealBatches on partition 1
 	send(2, 0)             // opens partition 0: timerDue is stale, no wake
 	fb.ReleaseAcks()       // slot frees; flusher seals partition 1 only, timer -> 1h
 	deadline := time.Now().Add(2 * time.Second)
