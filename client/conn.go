@@ -127,13 +127,25 @@ const oneWaySlots = 1024
 // A refusal by the broker is returned as the *wire.Error it sent, for example
 // errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) for a wrong password.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("lightq: dial %s: %w", addr, err)
+		}
+		return nc, nil
+	})
+}
+
+// dial opens a connection with open and runs the handshake on it, both within DialTimeout.
+// Tests open in-memory pipes with it instead of TCP connections.
+func dial(ctx context.Context, opts Options, open func(context.Context) (net.Conn, error)) (*Conn, error) {
 	opts.setDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := open(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("lightq: dial %s: %w", addr, err)
+		return nil, err
 	}
 	c := newConn(nc, opts)
 	if err := c.handshake(ctx); err != nil {
