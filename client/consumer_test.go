@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
@@ -303,10 +304,16 @@ func TestConsumerAtTime(t *testing.T) {
 	}
 }
 
+// TestConsumerLongPoll: a record produced while the fetchers wait at the end of the log
+// arrives at once, not when their long poll runs out. After the first record the wait is
+// certain: a fetcher sends its next FETCH before it queues what it got, on the connection
+// the next PRODUCE then goes out on. The bound on the delay is generous for a loaded machine
+// but well under MaxWait, which a FETCH that new records do not wake would wait out.
 func TestConsumerLongPoll(t *testing.T) {
 	t.Parallel()
 	_, c := ckSetup(t, nil, "dur", 2)
-	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", MaxWait: 3 * time.Second})
+	const maxWait, bound = 20 * time.Second, 10 * time.Second
+	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", MaxWait: maxWait})
 	type arrival struct {
 		r  itRecord
 		at time.Time
@@ -318,7 +325,6 @@ func TestConsumerLongPoll(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(100 * time.Millisecond) // both fetchers are waiting at the end of the log
 	var acks []client.Ack
 	for i := range 3 {
 		start := time.Now()
@@ -326,10 +332,12 @@ func TestConsumerLongPoll(t *testing.T) {
 		select {
 		case a := <-got:
 			ckVerify(t, []itRecord{a.r}, acks, []int{i})
-			if d := a.at.Sub(start); d > time.Second {
-				t.Errorf("record %d arrived %v after it was produced", i, d)
+			d := a.at.Sub(start)
+			t.Logf("record %d arrived %v after it was produced", i, d)
+			if d > bound {
+				t.Errorf("record %d arrived %v after it was produced (MaxWait %v)", i, d, maxWait)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(2 * maxWait):
 			t.Fatalf("record %d not delivered", i)
 		}
 	}
@@ -553,24 +561,48 @@ func TestConsumerErrors(t *testing.T) {
 	}
 }
 
+// ckWatchedCtx is a context that closes asked when someone first asks for Done, as Each
+// does when it starts: a test can wait for that instead of sleeping.
+type ckWatchedCtx struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func ckWatch(ctx context.Context) *ckWatchedCtx {
+	return &ckWatchedCtx{Context: ctx, asked: make(chan struct{})}
+}
+
+func (c *ckWatchedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
+}
+
+// TestConsumerCloseAndContext: Each ends at its context's deadline, and Close ends a waiting
+// Each at once although the fetchers' long polls (MaxWait, the broker's maximum) are pending.
+// The bound on Close is generous for a loaded machine but well under MaxWait.
 func TestConsumerCloseAndContext(t *testing.T) {
 	t.Parallel()
 	_, c := ckSetup(t, nil, "dur", 2)
-	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", MaxWait: 10 * time.Second})
+	const maxWait, bound = 30 * time.Second, 10 * time.Second
+	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", MaxWait: maxWait})
 	ctx, cancel := context.WithTimeout(itCtx(t), 50*time.Millisecond)
 	defer cancel()
 	if err := k.Each(ctx, func(*client.Received) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Each with a deadline: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- k.Each(itCtx(t), func(*client.Received) error { return nil }) }()
-	time.Sleep(20 * time.Millisecond)
+	eachCtx := ckWatch(itCtx(t))
+	go func() { done <- k.Each(eachCtx, func(*client.Received) error { return nil }) }()
+	<-eachCtx.asked // Each runs; the topic is empty, so it waits
 	start := time.Now()
 	if err := k.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Close took %v with fetches waiting", d)
+	d := time.Since(start)
+	t.Logf("Close took %v", d)
+	if d > bound {
+		t.Errorf("Close took %v with fetches waiting (MaxWait %v)", d, maxWait)
 	}
 	if err := <-done; !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("Each after Close: %v", err)
@@ -601,23 +633,93 @@ func TestConsumerCloseAndContext(t *testing.T) {
 	}
 }
 
-// ckFreePort returns a loopback address that was free a moment ago.
-func ckFreePort(t testing.TB) string {
+// ckProxy forwards the TCP connections made to its loopback listener, which lives as long as
+// the test, to its current backend, and closes them when the backend does. It gives a
+// DialConsumer one address across a broker restart, where each broker listens on a port of
+// its own (127.0.0.1:0): no port is freed and reused, so none can be lost to another
+// process in between. Without a backend it closes what it accepts, as a stopped broker's
+// address refuses.
+type ckProxy struct {
+	ln      net.Listener
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	backend string
+	conns   map[net.Conn]struct{}
+}
+
+func ckStartProxy(t testing.TB) *ckProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	p := &ckProxy{ln: ln, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for nc := range p.conns {
+			nc.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *ckProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetBackend makes new connections go to addr ("": none).
+func (p *ckProxy) SetBackend(addr string) {
+	p.mu.Lock()
+	p.backend = addr
+	p.mu.Unlock()
+}
+
+func (p *ckProxy) accept() {
+	defer p.wg.Done()
+	for {
+		front, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		backend := p.backend
+		p.mu.Unlock()
+		var back net.Conn
+		if backend != "" {
+			back, err = net.Dial("tcp", backend)
+		}
+		if back == nil || err != nil {
+			front.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[front], p.conns[back] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer p.wg.Done()
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			p.mu.Lock()
+			delete(p.conns, dst)
+			delete(p.conns, src)
+			p.mu.Unlock()
+		}
+		p.wg.Add(2)
+		go pipe(back, front)
+		go pipe(front, back)
+	}
 }
 
 func TestDialConsumerReconnect(t *testing.T) {
 	t.Parallel()
-	addr, dir := ckFreePort(t), t.TempDir()
-	same := func(cfg *broker.Config) { cfg.Addr, cfg.DataDir = addr, dir }
+	proxy, dir := ckStartProxy(t), t.TempDir()
+	same := func(cfg *broker.Config) { cfg.DataDir = dir }
 	srv1, c1 := ckSetup(t, same, "dur", 2)
+	proxy.SetBackend(srv1.Addr())
 	const n1, n2 = 2000, 1000
 	var acks []client.Ack
 	ckProduce(t, c1, client.ProducerOptions{Topic: "dur", BatchBytes: 4 << 10}, 0, n1, &acks, nil)
@@ -625,11 +727,16 @@ func TestDialConsumerReconnect(t *testing.T) {
 
 	var emu sync.Mutex
 	var reported []error
-	k, err := client.DialConsumer(itCtx(t), addr, client.Options{User: itUser, Password: itPass},
+	redialFailed := make(chan struct{})
+	var redialOnce sync.Once
+	k, err := client.DialConsumer(itCtx(t), proxy.Addr(), client.Options{User: itUser, Password: itPass},
 		client.ConsumerOptions{Topic: "dur", Group: "g", MaxBytes: 8 << 10, Prefetch: 32 << 10, OnError: func(err error) {
 			emu.Lock()
+			defer emu.Unlock()
 			reported = append(reported, err)
-			emu.Unlock()
+			if strings.Contains(err.Error(), ": redial in ") {
+				redialOnce.Do(func() { close(redialFailed) })
+			}
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -653,12 +760,14 @@ func TestDialConsumerReconnect(t *testing.T) {
 		})
 	}()
 	<-reached
+	proxy.SetBackend("") // the broker's address refuses from now on
 	if err := srv1.Shutdown(itCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	close(resume)
-	time.Sleep(100 * time.Millisecond) // the consumer drains, then redials in vain
+	<-redialFailed // the consumer drains, then redials in vain
 	srv2 := startBroker(t, same)
+	proxy.SetBackend(srv2.Addr())
 	c2 := itDial(t, srv2.Addr(), itUser, itPass)
 	ckProduce(t, c2, client.ProducerOptions{Topic: "dur", BatchBytes: 4 << 10}, n1, n1+n2, &acks, nil)
 	if err := <-consumed; !errors.Is(err, errItDone) {
@@ -666,6 +775,9 @@ func TestDialConsumerReconnect(t *testing.T) {
 	}
 	ckVerify(t, got, acks, ckRange(0, n1+n2))
 	emu.Lock()
+	for _, err := range reported {
+		t.Logf("OnError: %v", err)
+	}
 	if len(reported) == 0 || !errors.Is(reported[0], client.ErrConnectionLost) {
 		t.Errorf("OnError got %v, want the connection loss first", reported)
 	}
@@ -780,10 +892,35 @@ func BenchmarkConsumerEach(b *testing.B) {
 	}
 }
 
+// ckLogBytes sums the sizes of partition 0's batches from offset from to the end of the log
+// (as written: retention counts what is written).
+func ckLogBytes(t testing.TB, c *client.Conn, topic string, from int64) (int, error) {
+	t.Helper()
+	total := 0
+	for off := from; ; {
+		res, err := c.Fetch(itCtx(t), wire.Fetch{Topic: topic, Offset: off, MaxBytes: 1 << 20, Isolation: wire.IsolationWritten})
+		if err != nil {
+			return 0, err
+		}
+		it := res.Batches()
+		for it.Next() {
+			total += it.Batch().Size()
+			off = it.Batch().NextOffset()
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if off >= res.HighWatermark {
+			return total, nil
+		}
+	}
+}
+
 func TestConsumerRetentionReset(t *testing.T) {
 	t.Parallel()
+	const retention = 2 << 20
 	_, c := ckSetup(t, nil, "dur", 1, wire.Option{Key: "fsync", Value: "never"},
-		wire.Option{Key: "segment.bytes", Value: "2097152"}, wire.Option{Key: "retention.bytes", Value: "2097152"})
+		wire.Option{Key: "segment.bytes", Value: "2097152"}, wire.Option{Key: "retention.bytes", Value: fmt.Sprint(retention)})
 	const n = 6000 // about 1 KiB each: 3 segments, of which retention keeps the last ones
 	var acks []client.Ack
 	big := func(i int, m *client.Message) {
@@ -791,24 +928,28 @@ func TestConsumerRetentionReset(t *testing.T) {
 		m.HasPartition = true
 	}
 	ckProduce(t, c, client.ProducerOptions{Topic: "dur", BatchBytes: 64 << 10}, 0, n, &acks, big)
-	// Retention runs in the background: wait until the log start has moved and stays put
-	// (the broker checks every 500ms).
+	// Retention runs in the background (the broker checks every 500ms) and deletes the
+	// oldest segments while the log holds more than retention.bytes. Nothing is produced any
+	// more, so once the log from its start holds no more than that, the start stays put.
 	var start int64
-	stable := time.Now()
-	deadline := time.Now().Add(10 * time.Second)
-	for start == 0 || time.Since(stable) < 1200*time.Millisecond {
-		if time.Now().After(deadline) {
-			t.Fatalf("log start %d: retention did not settle within 10s", start)
-		}
-		time.Sleep(50 * time.Millisecond)
+	itEventually(t, "retention to settle", func() bool {
 		s, err := c.ListOffsets(itCtx(t), wire.ListOffsets{Topic: "dur", Mode: wire.OffsetEarliest})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s != start {
-			start, stable = s, time.Now()
+		if s == 0 || s == start {
+			return false // not moved yet, or moved to where the log still held too much
 		}
-	}
+		n, err := ckLogBytes(t, c, "dur", s)
+		if errors.Is(err, &wire.Error{Code: wire.CodeOffsetOutOfRange}) {
+			return false // retention moved the start meanwhile
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		start = s
+		return n <= retention
+	})
 	resets := make(chan error, 10)
 	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", Start: client.AtOffset(0), OnError: func(err error) { resets <- err }})
 	got := ckCollect(t, k, n-int(start))
@@ -821,7 +962,7 @@ func TestConsumerRetentionReset(t *testing.T) {
 		if !errors.Is(err, client.ErrOffsetReset) {
 			t.Fatalf("OnError: %v", err)
 		}
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the reset was not reported")
 	}
 	k2 := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur"})
