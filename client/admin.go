@@ -122,14 +122,24 @@ func (it *BatchIter) Next() bool {
 	if it.err != nil || len(it.rest) == 0 {
 		return false
 	}
-	n := wire.BatchSize(it.rest)
-	if n < wire.BatchHeaderSize || n > len(it.rest) {
-		it.err = fmt.Errorf("%w: batch of %d bytes, %d left in the response", wire.ErrCorruptBatch, n, len(it.rest))
+	n := wholeBatchSize(it.rest)
+	if n == 0 {
+		it.err = fmt.Errorf("%w: batch of %d bytes, %d left in the response", wire.ErrCorruptBatch, wire.BatchSize(it.rest), len(it.rest))
 		return false
 	}
 	it.cur, it.err = wire.ParseBatch(it.rest[:n], it.max)
 	it.rest = it.rest[n:]
 	return it.err == nil
+}
+
+// wholeBatchSize is the size of the batch at the start of b, a sequence of whole batches (a
+// FETCH answer), or 0 when b does not start with a whole batch of at least a header.
+func wholeBatchSize(b []byte) int {
+	n := wire.BatchSize(b)
+	if n < wire.BatchHeaderSize || n > len(b) {
+		return 0
+	}
+	return n
 }
 
 // Batch is the current batch; its Records alias the FetchResult.

@@ -3,11 +3,13 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/wire"
 )
 
 func BenchmarkProducerSend(b *testing.B) {
@@ -70,5 +72,35 @@ func TestProducerSendAllocs(t *testing.T) {
 	})
 	if allocs > 0.05 {
 		t.Fatalf("Send allocates %.3f times per message", allocs)
+	}
+}
+
+func BenchmarkConsumerEach(b *testing.B) {
+	_, c := ckSetup(b, nil, "dur", 1, wire.Option{Key: "fsync", Value: "never"})
+	const n = 200_000
+	var acks []client.Ack
+	ckProduce(b, c, client.ProducerOptions{Topic: "dur", BatchBytes: 256 << 10}, 0, n, &acks, func(i int, m *client.Message) {
+		m.Headers = nil
+		m.Value = m.Value[:16]
+	})
+	errEnd := errors.New("end of the log")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for read := 0; read < b.N; {
+		k, err := c.NewConsumer(itCtx(b), client.ConsumerOptions{Topic: "dur"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = k.Each(itCtx(b), func(m *client.Received) error {
+			read++
+			if read == b.N || m.Offset == n-1 {
+				return errEnd
+			}
+			return nil
+		})
+		if !errors.Is(err, errEnd) {
+			b.Fatal(err)
+		}
+		k.Close()
 	}
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -128,13 +127,25 @@ const oneWaySlots = 1024
 // A refusal by the broker is returned as the *wire.Error it sent, for example
 // errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) for a wrong password.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("lightq: dial %s: %w", addr, err)
+		}
+		return nc, nil
+	})
+}
+
+// dial opens a connection with open and runs the handshake on it, both within DialTimeout.
+// Tests open in-memory pipes with it instead of TCP connections.
+func dial(ctx context.Context, opts Options, open func(context.Context) (net.Conn, error)) (*Conn, error) {
 	opts.setDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := open(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("lightq: dial %s: %w", addr, err)
+		return nil, err
 	}
 	c := newConn(nc, opts)
 	if err := c.handshake(ctx); err != nil {
@@ -308,10 +319,18 @@ func (c *Conn) beginWrite() error {
 	return nil
 }
 
-// endWrite flushes (when flush is set) and unlocks the writer. A write error breaks the
+// flushMode says whether endWrite pushes the buffered frames to the socket.
+type flushMode uint8
+
+const (
+	flushNow   flushMode = iota // the frame goes out before endWrite returns
+	flushLater                  // it waits in the buffer for a later flush (producer batching)
+)
+
+// endWrite flushes (with flushNow) and unlocks the writer. A write error breaks the
 // connection: a partial frame cannot be taken back.
-func (c *Conn) endWrite(werr error, flush bool) error {
-	if werr == nil && flush {
+func (c *Conn) endWrite(werr error, flush flushMode) error {
+	if werr == nil && flush == flushNow {
 		werr = c.bw.Flush()
 	}
 	c.wmu.Unlock()
@@ -346,7 +365,7 @@ func (c *Conn) writeFrame(op wire.Op, corr uint32, body []byte) error {
 	if err == nil {
 		_, err = c.bw.Write(body)
 	}
-	return c.endWrite(err, true)
+	return c.endWrite(err, flushNow)
 }
 
 // readLoop reads frames until the connection fails and dispatches each one. The frame buffer
@@ -364,11 +383,11 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			c.fail(lost(fmt.Errorf("%w: %w", ErrProtocol, err)))
 			return
 		}
-		if wire.Op(buf[7]) == wire.OpDeliver {
-			if s := c.subscription(binary.BigEndian.Uint32(buf[12:wire.HeaderSize])); s != nil {
+		if h, _ := wire.PeekHeader(buf[:wire.HeaderSize]); h.Op == wire.OpDeliver {
+			if s := c.subscription(h.Corr); s != nil {
 				// Read the body straight into a buffer the subscription keeps: the batch
 				// is not copied again on its way to the consumer.
-				body := s.takeBuffer(n - wire.HeaderSize)
+				body := s.takeBuffer(h.BodyLen())
 				if _, err := io.ReadFull(br, body); err != nil {
 					c.fail(lost(err))
 					return

@@ -28,6 +28,17 @@ func dial(t testing.TB, fb *fakeBroker) *client.Conn {
 	return c
 }
 
+// dialPipe connects to a fake made by startPipeFake, in memory.
+func dialPipe(t testing.TB, fb *fakeBroker) *client.Conn {
+	t.Helper()
+	c, err := client.DialOver(testCtx(t), fb.Pipe(), client.Options{User: fakeUser, Password: fakePass, ClientName: t.Name()})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func TestDial(t *testing.T) {
 	fb := startFake(t)
 	c := dial(t, fb)
@@ -189,7 +200,7 @@ func TestCloseIdempotentAndUnblocks(t *testing.T) {
 		_, err := c.Metadata(context.Background(), "a")
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	fb.waitUntil(func(fb *fakeBroker) bool { return len(fb.heldMeta) == 1 }) // the request is pending
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() { c.Close() })
@@ -221,7 +232,7 @@ func TestConnectionLossFailsRequests(t *testing.T) {
 		_, err := c.Metadata(context.Background(), "a")
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	fb.waitUntil(func(fb *fakeBroker) bool { return len(fb.heldMeta) == 1 }) // the request is pending
 	fb.DropConns()
 	if err := <-done; !errors.Is(err, client.ErrConnectionLost) {
 		t.Fatalf("pending request got %v, want ErrConnectionLost", err)

@@ -1,9 +1,10 @@
 // Package client is the Go client of the LightQ broker: a connection that pipelines requests,
-// a batching producer with per-message acknowledgements, and credit-based push subscriptions.
+// a batching producer with per-message acknowledgements, credit-based push subscriptions to
+// transient topics, and consumers that read durable topics by offset.
 //
 // # Usage
 //
-//	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{User: "app", Password: "secret"})
+//	c, err := client.Dial(ctx, "127.0.0.1:7450", client.Options{User: "app", Password: "secret"})
 //	if err != nil { ... } // a refusal is a *wire.Error: errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed})
 //	defer c.Close()
 //
@@ -14,6 +15,10 @@
 //	s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: "events"})
 //	err = s.Each(ctx, func(m *client.Received) error { ...; return nil })
 //
+//	k, err := c.NewConsumer(ctx, client.ConsumerOptions{Topic: "audit", Group: "auditor"})
+//	err = k.Each(ctx, func(m *client.Received) error { ...; return nil })
+//	err = k.Close() // commits the group's positions
+//
 // # Concurrency
 //
 // Conn, Producer and the Close/accessor methods of Subscription are safe for concurrent use.
@@ -21,6 +26,17 @@
 // callbacks run one at a time on a producer goroutine, in send order. Nothing the client
 // calls back runs on the connection's reader goroutine, so callbacks and handlers may issue
 // requests on the same Conn.
+//
+// A Consumer is consumed by one goroutine at a time too, with Each or Messages, not both;
+// its handler runs on the goroutine that called Each. Commit, CommitOffsets, Position,
+// HighWatermark, Buffered, Err, Topic, Partitions and Close are safe for concurrent use,
+// including from a handler and from OnError. A Consumer runs, until Close or a fatal error:
+// one fetcher goroutine per partition (per connection, for a DialConsumer), the goroutine that
+// calls OnError (one call at a time), an auto-committer when it has a Group and AutoCommit is
+// not disabled, the supervisor that redials for a DialConsumer, and the goroutine behind
+// Messages once that is called. Close waits for the fetchers, the supervisor and the
+// auto-committer; the OnError goroutine ends after its current call, and the Messages one by
+// closing the channel.
 //
 // # Errors
 //
@@ -34,8 +50,13 @@
 // request.go (request/response slots), admin.go (topic administration and the thin durable
 // requests), producer.go (options, Send, Flush, Close), producer_batch.go (sealing and
 // writing batches, the linger flusher, the acknowledgement queue),
-// subscription.go (DELIVER queue, decoding, credit), consumer.go (durable topics: per-partition
-// fetchers with bounded prefetch, start positions, group commits, reconnect).
+// subscription.go (DELIVER queue, decoding, credit). The durable consumer: consumer.go
+// (options, the Consumer type, construction, accessors, error reporting, Close),
+// consumer_start.go (start positions), consumer_session.go (one connection's fetchers;
+// the DialConsumer supervisor that redials), consumer_fetch.go (the per-partition fetcher:
+// pipelined FETCHes, verification, decompression, retries), consumer_queue.go (the queue
+// between fetchers and Each, bounded by Prefetch, with chunk reuse), consumer_each.go (Each
+// and Messages), consumer_commit.go (group commits, the auto-committer).
 //
 // One reader goroutine per Conn reads frames into a reused buffer and dispatches them by op and
 // correlation id: DELIVER frames to the subscription named by their correlation id, ERROR and
@@ -44,7 +65,11 @@
 // blocks: response slots copy what they need, subscriptions queue a copy of the batch (bounded
 // by the credit window). Writers take Conn.wmu and write whole frames to one bufio.Writer; a
 // produce frame larger than the buffer goes out in one writev instead (see writeVectored).
+// Frame and batch byte positions are wire's: the client reads headers with wire.PeekHeader
+// and wire.PeekBatchHeader.
 //
 // Lock order: Producer.mu, Conn.wmu, Conn.mu, then Producer.ackMu or Subscription.mu.
 // Subscription.consumeMu is held by the consumer only and taken before Subscription.mu.
+// Consumer.commitMu, then Consumer.mu, then Conn's locks; Consumer.consumeMu is held by Each
+// only and taken before Consumer.mu.
 package client

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 
+	"github.com/lightq/lightq/broker"
+	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/wire"
+	"github.com/rs/zerolog"
 )
 
 // exampleBroker starts the test fake so that the examples run; a real program dials its
@@ -122,4 +126,73 @@ func ExampleConn_Subscribe() {
 	// 1: b
 	// 2: c
 	// enough
+}
+
+func ExampleConn_NewConsumer() {
+	dir, err := os.MkdirTemp("", "lightq-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	cfg := broker.DefaultConfig()
+	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
+	cfg.AdminUser, cfg.AdminPassword, cfg.HashParams = "admin", "admin-secret", auth.TestParams()
+	cfg.Logger = zerolog.Nop()
+	srv, err := broker.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+
+	ctx := context.Background()
+	admin, err := client.Dial(ctx, srv.Addr(), client.Options{User: "admin", Password: "admin-secret"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = admin.CreateTopic(ctx, client.TopicConfig{Name: "audit", Kind: wire.KindDurable, User: "app", Password: "app-secret"})
+	admin.Close()
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	c, err := client.Dial(ctx, srv.Addr(), client.Options{User: "app", Password: "app-secret"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.NewProducer(client.ProducerOptions{Topic: "audit"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, v := range []string{"login", "view", "logout"} {
+		if err := p.Send(ctx, &client.Message{Key: []byte("user-7"), Value: []byte(v)}, nil); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
+
+	k, err := c.NewConsumer(ctx, client.ConsumerOptions{Topic: "audit", Group: "auditor", Start: client.Earliest()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close() // commits the group's position
+	errDone := errors.New("done")
+	err = k.Each(ctx, func(m *client.Received) error {
+		fmt.Printf("offset %d: %s %s\n", m.Offset, m.Key, m.Value)
+		if m.Offset == 2 {
+			return errDone
+		}
+		return nil
+	})
+	fmt.Println(err == errDone, "position", k.Position(0))
+	// Output:
+	// offset 0: user-7 login
+	// offset 1: user-7 view
+	// offset 2: user-7 logout
+	// true position 3
 }

@@ -14,9 +14,11 @@ import (
 // fakeBroker speaks the LightQ protocol well enough to exercise the client: HELLO/AUTH with
 // fixed credentials, topics in memory, PRODUCE storing each batch as received (base offset
 // rewritten, like the real broker), SUBSCRIBE pushing stored batches while credit lasts, and
-// hooks to hold answers, inject errors and drop connections.
+// hooks to hold answers, inject errors and drop connections. startFake listens on a loopback
+// port; startPipeFake has no listener and serves the in-memory connections Pipe makes, which
+// lets a test run the client and the fake in a testing/synctest bubble.
 type fakeBroker struct {
-	ln      net.Listener
+	ln      net.Listener // nil for a pipe fake
 	user    string
 	pass    string
 	limits  wire.Limits
@@ -87,22 +89,48 @@ func startFake(t testing.TB) *fakeBroker {
 	return fb
 }
 
+// startPipeFake starts a fake broker without a listener: dialPipe connects to it through
+// Pipe. Started inside a synctest bubble, all its goroutines live in the bubble.
+func startPipeFake(t testing.TB) *fakeBroker {
+	t.Helper()
+	fb := newFakeOn(nil)
+	t.Cleanup(fb.Close)
+	return fb
+}
+
 func newFake() (*fakeBroker, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	return newFakeOn(ln), nil
+}
+
+// newFakeOn makes a fake broker that accepts connections on ln, if not nil.
+func newFakeOn(ln net.Listener) *fakeBroker {
 	fb := &fakeBroker{
 		ln: ln, user: fakeUser, pass: fakePass, limits: wire.DefaultLimits(),
 		topics: make(map[string]*fakeTopic), conns: make(map[*fakeConn]struct{}),
 	}
 	fb.cond = sync.NewCond(&fb.mu)
-	fb.wg.Add(1)
-	go fb.accept()
-	return fb, nil
+	if ln != nil {
+		fb.wg.Add(1)
+		go fb.accept()
+	}
+	return fb
 }
 
 func (fb *fakeBroker) Addr() string { return fb.ln.Addr().String() }
+
+// Pipe connects a client to the fake in memory: it serves one end of a net.Pipe and returns
+// the other.
+func (fb *fakeBroker) Pipe() net.Conn {
+	client, server := net.Pipe()
+	if !fb.serve(server) {
+		_ = client.Close()
+	}
+	return client
+}
 
 // Close stops the listener and every connection and waits for the goroutines.
 func (fb *fakeBroker) Close() {
@@ -110,9 +138,21 @@ func (fb *fakeBroker) Close() {
 	fb.closed = true
 	fb.cond.Broadcast()
 	fb.mu.Unlock()
-	_ = fb.ln.Close()
+	if fb.ln != nil {
+		_ = fb.ln.Close()
+	}
 	fb.DropConns()
 	fb.wg.Wait()
+}
+
+// waitUntil waits until cond, called with fb.mu held, holds. Every change cond can observe
+// broadcasts fb.cond.
+func (fb *fakeBroker) waitUntil(cond func(fb *fakeBroker) bool) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	for !cond(fb) {
+		fb.cond.Wait()
+	}
 }
 
 // DropConns closes every connection abruptly.
@@ -172,18 +212,25 @@ func (fb *fakeBroker) accept() {
 		if err != nil {
 			return
 		}
-		fc := &fakeConn{fb: fb, nc: nc, subs: make(map[uint32]*fakeSub)}
-		fb.mu.Lock()
-		if fb.closed {
-			fb.mu.Unlock()
-			_ = nc.Close()
+		if !fb.serve(nc) {
 			return
 		}
-		fb.conns[fc] = struct{}{}
-		fb.mu.Unlock()
-		fb.wg.Add(1)
-		go fc.serve()
 	}
+}
+
+// serve starts serving nc, unless the fake is closed (false; nc is closed).
+func (fb *fakeBroker) serve(nc net.Conn) bool {
+	fc := &fakeConn{fb: fb, nc: nc, subs: make(map[uint32]*fakeSub)}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if fb.closed {
+		_ = nc.Close()
+		return false
+	}
+	fb.conns[fc] = struct{}{}
+	fb.wg.Add(1)
+	go fc.serve()
+	return true
 }
 
 func (fc *fakeConn) write(op wire.Op, flags uint16, corr uint32, body []byte) {
@@ -381,6 +428,7 @@ func (fc *fakeConn) metadata(h wire.Header, body []byte) {
 	var release []func()
 	if fb.holdMetadata > 0 {
 		fb.heldMeta = append(fb.heldMeta, answer)
+		fb.cond.Broadcast()
 		if len(fb.heldMeta) == fb.holdMetadata {
 			release, fb.heldMeta, fb.holdMetadata = fb.heldMeta, nil, 0
 		}
@@ -447,6 +495,7 @@ func (fc *fakeConn) produce(h wire.Header, body []byte) {
 	}
 	if fb.holdAcks {
 		fb.heldAcks = append(fb.heldAcks, answer)
+		fb.cond.Broadcast()
 		fb.mu.Unlock()
 		return
 	}

@@ -111,10 +111,10 @@ func itCounters(t testing.TB, c *client.Conn, topic string) map[string]uint64 {
 	return out
 }
 
-// itEventually polls cond for up to 5 s.
+// itEventually polls cond for up to 20 s: generous, for a loaded machine.
 func itEventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -274,7 +274,7 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 			case full && (haveToken || p.tryToken()):
 				// Seal a full batch here rather than waking the flusher for it: the
 				// flusher would only contend for p.mu with the next Send.
-				p.seal(part, true)
+				p.seal(part, flushNow)
 				haveToken = false
 			case full, opening && (p.linger == 0 || p.timerDue.IsZero()):
 				// The flusher waits for a slot, or arms its linger timer. A timer already
@@ -290,7 +290,7 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 			haveToken = p.tryToken()
 		}
 		if haveToken {
-			p.seal(part, true)
+			p.seal(part, flushNow)
 			haveToken = false
 			p.mu.Unlock()
 			continue
@@ -358,7 +358,7 @@ func (p *Producer) putBatch(b *prodBatch) {
 // failed). It returns the first error any message met since the previous Flush, or the
 // context's error. Messages sent concurrently with Flush may or may not be included.
 func (p *Producer) Flush(ctx context.Context) error {
-	if _, err := p.sealDue(ctx, true); err != nil {
+	if _, err := p.sealBatches(ctx, allBatches); err != nil {
 		return err
 	}
 	for {

@@ -12,7 +12,7 @@ import (
 
 // seal closes partition part's open batch and writes it. p.mu and an in-flight token are
 // held; the token now belongs to the batch.
-func (p *Producer) seal(part int, flush bool) {
+func (p *Producer) seal(part int, flush flushMode) {
 	b := p.parts[part]
 	p.parts[part] = nil
 	b.hasToken = true
@@ -65,14 +65,14 @@ func (p *Producer) seal(part int, flush bool) {
 		}
 		return
 	}
-	p.unflushed = !flush
+	p.unflushed = flush == flushLater
 	if p.acks == wire.AcksNone {
 		c.registerOneWay(b.corr, p)
 		p.complete(b, -1, b.partition, nil)
 	}
 }
 
-// flushLocked pushes frames left in the connection's buffer by seal(..., false). It runs
+// flushLocked pushes frames left in the connection's buffer by seal(..., flushLater). It runs
 // before anything blocks, since the acks that free slots need those frames sent.
 func (p *Producer) flushLocked() {
 	if !p.unflushed {
@@ -80,7 +80,7 @@ func (p *Producer) flushLocked() {
 	}
 	p.unflushed = false
 	if err := p.c.beginWrite(); err == nil {
-		_ = p.c.endWrite(nil, true)
+		_ = p.c.endWrite(nil, flushNow)
 	}
 }
 
@@ -211,7 +211,7 @@ func (p *Producer) flusher() {
 			p.failOpen(p.c.Err())
 			return
 		}
-		next, err := p.sealDue(context.Background(), false)
+		next, err := p.sealBatches(context.Background(), dueBatches)
 		if err != nil {
 			continue // closing or connection down: the next select sees it
 		}
@@ -223,9 +223,18 @@ func (p *Producer) flusher() {
 	}
 }
 
-// sealDue seals every open batch that is due (or every one, with all) and returns the
-// earliest time another becomes due.
-func (p *Producer) sealDue(ctx context.Context, all bool) (time.Time, error) {
+// sealScope says which open batches sealBatches seals.
+type sealScope uint8
+
+const (
+	dueBatches sealScope = iota // full ones and those whose linger is over (the flusher)
+	allBatches                  // every one that holds a message (Flush)
+)
+
+// sealBatches seals the open batches of scope and returns the earliest time another becomes
+// due.
+func (p *Producer) sealBatches(ctx context.Context, scope sealScope) (time.Time, error) {
+	all := scope == allBatches
 	var next time.Time
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -270,7 +279,7 @@ func (p *Producer) sealDue(ctx context.Context, all bool) (time.Time, error) {
 				continue
 			}
 		}
-		p.seal(part, false)
+		p.seal(part, flushLater)
 	}
 	p.flushLocked()
 	if !all {

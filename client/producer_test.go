@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lightq/lightq/client"
@@ -162,26 +163,37 @@ func TestProducerBatchBytesTrigger(t *testing.T) {
 	}
 }
 
+// TestProducerLingerTrigger runs in a synctest bubble: the fake clock makes the three Sends
+// fall inside one linger however slow the machine, and the linger exact.
 func TestProducerLingerTrigger(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("events", 1)
-	c := dial(t, fb)
-	p := newProducer(t, c, client.ProducerOptions{Topic: "events", Linger: 30 * time.Millisecond})
-	ctx := testCtx(t)
-	var acked atomic.Int64
-	start := time.Now()
-	for i := range 3 {
-		if err := p.Send(ctx, &client.Message{Value: value(i)}, func(client.Ack, error) { acked.Add(1) }); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddTopic("events", 1)
+		c := dialPipe(t, fb)
+		const linger = 30 * time.Millisecond
+		p := newProducer(t, c, client.ProducerOptions{Topic: "events", Linger: linger})
+		ctx := testCtx(t)
+		var acked atomic.Int64
+		start := time.Now()
+		for i := range 3 {
+			if err := p.Send(ctx, &client.Message{Value: value(i)}, func(client.Ack, error) { acked.Add(1) }); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	waitFor(t, func() bool { return acked.Load() == 3 })
-	if d := time.Since(start); d < 30*time.Millisecond {
-		t.Fatalf("batch sent after %v, before its linger", d)
-	}
-	if got := len(fb.Batches("events", 0)); got != 1 {
-		t.Fatalf("3 lingering messages went out in %d batches", got)
-	}
+		time.Sleep(linger - time.Millisecond)
+		synctest.Wait()
+		if n := acked.Load(); n != 0 {
+			t.Fatalf("%d messages acked by %v after Send, before their %v linger", n, time.Since(start), linger)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := acked.Load(); n != 3 {
+			t.Fatalf("%d of 3 messages acked once their linger is over", n)
+		}
+		if got := len(fb.Batches("events", 0)); got != 1 {
+			t.Fatalf("3 lingering messages went out in %d batches", got)
+		}
+	})
 }
 
 // TestProducerFullBatchLeavesAtOnce: a batch that reaches BatchBytes goes out without
@@ -199,29 +211,45 @@ func TestProducerFullBatchLeavesAtOnce(t *testing.T) {
 }
 
 // TestProducerLingerAfterFullBatches: the linger timer armed for a batch that then left
-// full still sends the partial batch opened after it, once that one's linger is over.
+// full still sends the partial batch opened after it, once that one's linger is over. It runs
+// in a synctest bubble, so that the linger is measured on the fake clock.
 func TestProducerLingerAfterFullBatches(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("events", 1)
-	c := dial(t, fb)
-	const linger = 50 * time.Millisecond
-	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096, Linger: linger})
-	ctx := testCtx(t)
-	var acked atomic.Int64
-	val := bytes.Repeat([]byte("x"), 1000)
-	for i := range 10 {
-		if err := p.Send(ctx, &client.Message{Value: val}, func(client.Ack, error) { acked.Add(1) }); err != nil {
-			t.Fatalf("Send %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddTopic("events", 1)
+		c := dialPipe(t, fb)
+		const linger = 50 * time.Millisecond
+		p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096, Linger: linger})
+		ctx := testCtx(t)
+		var acked atomic.Int64
+		var lastAck atomic.Int64 // unix ns
+		val := bytes.Repeat([]byte("x"), 1000)
+		for i := range 10 {
+			if err := p.Send(ctx, &client.Message{Value: val}, func(client.Ack, error) {
+				if acked.Add(1) == 10 {
+					lastAck.Store(time.Now().UnixNano())
+				}
+			}); err != nil {
+				t.Fatalf("Send %d: %v", i, err)
+			}
 		}
-	}
-	sent := time.Now()
-	waitFor(t, func() bool { return acked.Load() == 10 })
-	if d := time.Since(sent); d < linger/2 {
-		t.Errorf("the partial batch left after %v, before its linger (%v)", d, linger)
-	}
-	if n := len(fb.Batches("events", 0)); n < 3 {
-		t.Errorf("10 x 1000 B in %d batches of at most 4096 B", n)
-	}
+		sent := time.Now()
+		synctest.Wait()
+		if n := acked.Load(); n == 10 {
+			t.Fatal("the partial batch left at once, before its linger")
+		}
+		time.Sleep(linger)
+		synctest.Wait()
+		if n := acked.Load(); n != 10 {
+			t.Fatalf("%d of 10 messages acked once the linger of the last batch is over", n)
+		}
+		if d := time.Unix(0, lastAck.Load()).Sub(sent); d < linger/2 {
+			t.Errorf("the partial batch left after %v, before its linger (%v)", d, linger)
+		}
+		if n := len(fb.Batches("events", 0)); n < 3 {
+			t.Errorf("10 x 1000 B in %d batches of at most 4096 B", n)
+		}
+	})
 }
 
 func TestProducerBackpressure(t *testing.T) {
@@ -340,34 +368,43 @@ func TestProducerConnectionLoss(t *testing.T) {
 	log.exactlyOnce(t, n)
 }
 
+// TestProducerCloseUnblocksSend runs in a synctest bubble, where synctest.Wait tells when the
+// Send loop is blocked.
 func TestProducerCloseUnblocksSend(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("events", 1)
-	c := dial(t, fb)
-	fb.set(func(fb *fakeBroker) { fb.holdAcks = true })
-	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096, MaxInFlight: 1, Linger: -1})
-	log := newAckLog()
-	val := bytes.Repeat([]byte("y"), 3000)
-	errc := make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			if err := p.Send(context.Background(), &client.Message{Value: val}, log.cb(i)); err != nil {
-				errc <- err
-				return
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddTopic("events", 1)
+		c := dialPipe(t, fb)
+		fb.set(func(fb *fakeBroker) { fb.holdAcks = true })
+		p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096, MaxInFlight: 1, Linger: -1})
+		log := newAckLog()
+		val := bytes.Repeat([]byte("y"), 3000)
+		errc := make(chan error, 1)
+		go func() {
+			for i := 0; ; i++ {
+				if err := p.Send(context.Background(), &client.Message{Value: val}, log.cb(i)); err != nil {
+					errc <- err
+					return
+				}
 			}
+		}()
+		synctest.Wait() // Send blocks: the one in-flight slot waits for a held ack
+		select {
+		case err := <-errc:
+			t.Fatalf("Send returned %v with no slot free", err)
+		default:
 		}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	c.Close()
-	if err := <-errc; !errors.Is(err, client.ErrClosed) {
-		t.Fatalf("blocked Send returned %v, want ErrClosed", err)
-	}
-	p.Close()
-	p.Close()
-	log.mu.Lock()
-	n := len(log.order)
-	log.mu.Unlock()
-	log.exactlyOnce(t, n)
+		c.Close()
+		if err := <-errc; !errors.Is(err, client.ErrClosed) {
+			t.Fatalf("blocked Send returned %v, want ErrClosed", err)
+		}
+		p.Close()
+		p.Close()
+		log.mu.Lock()
+		n := len(log.order)
+		log.mu.Unlock()
+		log.exactlyOnce(t, n)
+	})
 }
 
 func TestProducerKeyPartitioning(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lightq/lightq/client"
@@ -116,23 +117,27 @@ func TestSubscribeSinglePartition(t *testing.T) {
 	consume(t, s, map[int32][][]byte{1: want[1]}, len(want[1]))
 }
 
+// TestSubscribeWindowBoundsMemory runs in a synctest bubble: synctest.Wait returns once the
+// fake has pushed all the window lets it, not after a guessed sleep.
 func TestSubscribeWindowBoundsMemory(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("events", 1)
-	c := dial(t, fb)
-	produce(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096}, 2000, 1)
-	const window = 8 << 10
-	s, err := c.Subscribe(testCtx(t), client.SubscribeOptions{Topic: "events", Window: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	time.Sleep(50 * time.Millisecond) // nobody consumes
-	var delivered int64
-	fb.get(func(fb *fakeBroker) { delivered = fb.delivered })
-	if delivered == 0 || delivered > window+4096 {
-		t.Fatalf("%d bytes pushed to a consumer that read nothing, window %d", delivered, window)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddTopic("events", 1)
+		c := dialPipe(t, fb)
+		produce(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096}, 2000, 1)
+		const window = 8 << 10
+		s, err := c.Subscribe(testCtx(t), client.SubscribeOptions{Topic: "events", Window: window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		synctest.Wait() // nobody consumes; the fake is out of credit
+		var delivered int64
+		fb.get(func(fb *fakeBroker) { delivered = fb.delivered })
+		if delivered == 0 || delivered > window+4096 {
+			t.Fatalf("%d bytes pushed to a consumer that read nothing, window %d", delivered, window)
+		}
+	})
 }
 
 func TestSubscribeCompression(t *testing.T) {
@@ -259,49 +264,53 @@ func TestEachResumesAfterHandlerError(t *testing.T) {
 	_ = want
 }
 
+// TestSubscriptionCloseUnblocks runs in a synctest bubble, where synctest.Wait tells when
+// both Each calls are blocked.
 func TestSubscriptionCloseUnblocks(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("events", 1)
-	c := dial(t, fb)
-	s1, err := c.Subscribe(testCtx(t), client.SubscribeOptions{Topic: "events"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := c.Subscribe(testCtx(t), client.SubscribeOptions{Topic: "events"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	each := func(s *client.Subscription) chan error {
-		ch := make(chan error, 1)
-		go func() { ch <- s.Each(context.Background(), func(*client.Received) error { return nil }) }()
-		return ch
-	}
-	e1, e2 := each(s1), each(s2)
-	time.Sleep(20 * time.Millisecond)
-	if err := s1.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := s1.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if err := <-e1; !errors.Is(err, client.ErrClosed) {
-		t.Fatalf("Each after Close = %v", err)
-	}
-	var unsubs int
-	fb.get(func(fb *fakeBroker) { unsubs = fb.unsubscribes })
-	if unsubs != 1 {
-		t.Fatalf("%d UNSUBSCRIBE frames", unsubs)
-	}
-	c.Close()
-	if err := <-e2; !errors.Is(err, client.ErrClosed) {
-		t.Fatalf("Each after Conn.Close = %v", err)
-	}
-	if err := s2.Close(); err != nil {
-		t.Fatalf("Close after Conn.Close: %v", err)
-	}
-	if _, err := c.Subscribe(context.Background(), client.SubscribeOptions{Topic: "events"}); !errors.Is(err, client.ErrClosed) {
-		t.Fatalf("Subscribe on a closed Conn: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddTopic("events", 1)
+		c := dialPipe(t, fb)
+		s1, err := c.Subscribe(testCtx(t), client.SubscribeOptions{Topic: "events"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := c.Subscribe(testCtx(t), client.SubscribeOptions{Topic: "events"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		each := func(s *client.Subscription) chan error {
+			ch := make(chan error, 1)
+			go func() { ch <- s.Each(context.Background(), func(*client.Received) error { return nil }) }()
+			return ch
+		}
+		e1, e2 := each(s1), each(s2)
+		synctest.Wait() // both Each calls wait for a batch
+		if err := s1.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := s1.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if err := <-e1; !errors.Is(err, client.ErrClosed) {
+			t.Fatalf("Each after Close = %v", err)
+		}
+		var unsubs int
+		fb.get(func(fb *fakeBroker) { unsubs = fb.unsubscribes })
+		if unsubs != 1 {
+			t.Fatalf("%d UNSUBSCRIBE frames", unsubs)
+		}
+		c.Close()
+		if err := <-e2; !errors.Is(err, client.ErrClosed) {
+			t.Fatalf("Each after Conn.Close = %v", err)
+		}
+		if err := s2.Close(); err != nil {
+			t.Fatalf("Close after Conn.Close: %v", err)
+		}
+		if _, err := c.Subscribe(context.Background(), client.SubscribeOptions{Topic: "events"}); !errors.Is(err, client.ErrClosed) {
+			t.Fatalf("Subscribe on a closed Conn: %v", err)
+		}
+	})
 }
 
 func TestSubscribeContextAndErrors(t *testing.T) {

@@ -123,6 +123,16 @@ func BatchSize(b []byte) int {
 	return int(binary.BigEndian.Uint32(b[batchLengthOffset:])) + batchPrefix
 }
 
+// BatchBaseOffset reads the base offset of the batch that starts at b, unchecked, so that an
+// error about a batch PeekBatchHeader or ParseBatch refuses can still name it. It returns 0
+// when b holds fewer than 8 bytes.
+func BatchBaseOffset(b []byte) int64 {
+	if len(b) < 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b))
+}
+
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
 // be checked without the records: the magic, the attributes, the reserved field, and a length

@@ -467,6 +467,22 @@ func TestBatchSizeShortInput(t *testing.T) {
 	}
 }
 
+// BatchBaseOffset names a batch that does not parse: it reads the base offset and nothing else.
+func TestBatchBaseOffset(t *testing.T) {
+	b := buildBatch(t, varietyRecords(), wire.CodecNone, nil)
+	wire.SetBaseOffset(b, 1<<40+3)
+	b[16] = 99 // an unknown magic: PeekBatchHeader refuses the batch
+	if _, err := wire.PeekBatchHeader(b); err == nil {
+		t.Fatal("PeekBatchHeader accepted magic 99")
+	}
+	if got := wire.BatchBaseOffset(b); got != 1<<40+3 {
+		t.Fatalf("BatchBaseOffset = %d, want %d", got, int64(1<<40+3))
+	}
+	if got := wire.BatchBaseOffset(b[:7]); got != 0 {
+		t.Fatalf("BatchBaseOffset of 7 bytes = %d, want 0", got)
+	}
+}
+
 // PeekBatchHeader reads the header from the header's bytes alone, agrees with ParseBatch, and
 // refuses what no batch of any known magic can be.
 func TestPeekBatchHeader(t *testing.T) {

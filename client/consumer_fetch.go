@@ -1,0 +1,300 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// The per-partition fetcher: it keeps up to two FETCHes going, verifies and decompresses the
+// answers into chunks for the queue, and retries, skips ahead or fails the consumer on errors.
+
+// fetchCall is the pending slot of one FETCH; a fetcher reuses two of them.
+type fetchCall struct {
+	done  chan struct{} // cap 1: one token per registration answered
+	ch    *chunk
+	err   error
+	corr  uint32
+	c     *Conn
+	inUse bool
+}
+
+// respond copies the answer into the call's chunk; it runs on the connection's reader.
+func (fc *fetchCall) respond(body []byte, err error) {
+	if err == nil {
+		fc.ch.raw = append(fc.ch.raw[:0], body...)
+	}
+	fc.err = err
+	fc.done <- struct{}{}
+}
+
+// sendFetch sends a FETCH for p at off into one of p's free call slots.
+func (k *Consumer) sendFetch(s *session, p *partState, off int64) (*fetchCall, error) {
+	fc := &p.calls[0]
+	if fc.inUse {
+		fc = &p.calls[1]
+	}
+	fc.inUse, fc.err, fc.c = true, nil, s.c
+	fc.ch = k.getChunk(p)
+	req := wire.Fetch{Topic: k.topic, Partition: uint32(p.id), Offset: off, MaxBytes: k.maxBytes, MaxWaitMs: k.maxWait, Isolation: k.opts.Isolation}
+	p.req = req.AppendTo(p.req[:0])
+	fc.corr = s.c.nextCorr()
+	if err := s.c.register(fc.corr, wire.OpFetch, fc); err != nil {
+		k.freeCall(fc)
+		return nil, err
+	}
+	if err := s.c.writeFrame(wire.OpFetch, fc.corr, p.req); err != nil && s.c.unregister(fc.corr) {
+		k.freeCall(fc)
+		return nil, err
+	}
+	return fc, nil // on a write error the connection failed, which answers the call
+}
+
+func (k *Consumer) freeCall(fc *fetchCall) {
+	if fc.ch != nil {
+		k.recycle(fc.ch)
+		fc.ch = nil
+	}
+	fc.inUse = false
+}
+
+// abandon gives up a call, waiting for an answer being delivered right now.
+func (k *Consumer) abandon(fc *fetchCall) {
+	if !fc.c.unregister(fc.corr) {
+		<-fc.done
+	}
+	k.freeCall(fc)
+}
+
+// errFetchTimeout marks a FETCH that got no answer in time.
+var errFetchTimeout = errors.New("no answer in time")
+
+// await waits for fc's answer and returns its chunk, accounted.
+func (k *Consumer) await(s *session, p *partState, fc *fetchCall) (*chunk, error) {
+	if p.timer == nil {
+		p.timer = time.NewTimer(k.reqWait)
+	} else {
+		p.timer.Reset(k.reqWait)
+	}
+	select {
+	case <-fc.done:
+		p.timer.Stop()
+	case <-s.ctx.Done():
+		p.timer.Stop()
+		k.abandon(fc)
+		return nil, s.ctx.Err()
+	case <-p.timer.C:
+		k.abandon(fc)
+		return nil, errFetchTimeout
+	}
+	ch, err := fc.ch, fc.err
+	fc.ch = nil
+	fc.inUse = false
+	if err != nil {
+		k.recycle(ch)
+		return nil, err
+	}
+	return ch, nil
+}
+
+// fetchLoop is one partition's fetcher for one session.
+func (k *Consumer) fetchLoop(s *session, p *partState) {
+	var pending *fetchCall
+	defer func() {
+		if pending != nil {
+			k.abandon(pending)
+		}
+		p.comp.Close()
+		p.comp = wire.Compressor{}
+		s.wg.Done()
+		k.wg.Done()
+	}()
+	next := p.pos.Load()
+	backoff := time.Duration(0)
+	for {
+		if pending == nil {
+			if !k.waitSpace(s, p) {
+				return
+			}
+			fc, err := k.sendFetch(s, p, next)
+			if err != nil {
+				if !k.fetchFailed(s, p, next, err, &next, &backoff) {
+					return
+				}
+				continue
+			}
+			pending = fc
+		}
+		ch, err := k.await(s, p, pending)
+		pending = nil
+		if err != nil {
+			if !k.fetchFailed(s, p, next, err, &next, &backoff) {
+				return
+			}
+			continue
+		}
+		backoff = 0
+		var resp wire.FetchResponse
+		if err := resp.Decode(ch.raw); err != nil || resp.Partition != uint32(p.id) {
+			k.recycle(ch)
+			if err == nil {
+				err = fmt.Errorf("answer for partition %d", resp.Partition)
+			}
+			k.fetchFailed(s, p, next, fmt.Errorf("%w: FETCH response: %w", ErrProtocol, err), &next, &backoff)
+			return
+		}
+		p.hw.Store(resp.HighWatermark)
+		end, scanErr := scanEnd(ch.raw[wire.FetchResponseHeaderSize:], next)
+		room := k.account(ch, len(ch.raw))
+		if scanErr == nil && end == next {
+			// Nothing new: the long poll ran out. A broker that answers empty although it
+			// has data would make this spin, hence the pause.
+			k.recycle(ch)
+			if resp.HighWatermark > next && !k.sleep(s, 10*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		// Pipelining: the next FETCH goes out before this answer is verified and queued.
+		var sendErr error
+		if scanErr == nil && room {
+			pending, sendErr = k.sendFetch(s, p, end)
+		}
+		if err := k.process(p, ch, next); err != nil {
+			k.enqueueFatal(p, err)
+			return
+		}
+		if scanErr != nil {
+			k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: FETCH at offset %d: %w", k.topic, p.id, next, scanErr))
+			return
+		}
+		next = end
+		if sendErr != nil && !k.fetchFailed(s, p, next, sendErr, &next, &backoff) {
+			return
+		}
+	}
+}
+
+// scanEnd walks the batch headers of a FETCH answer and returns the offset after its last
+// record (at least from). The CRCs are checked later, by process.
+func scanEnd(b []byte, from int64) (int64, error) {
+	end := from
+	for len(b) > 0 {
+		n := wholeBatchSize(b)
+		if n == 0 {
+			return end, fmt.Errorf("%w: batch of %d bytes with %d left in the answer", wire.ErrCorruptBatch, wire.BatchSize(b), len(b))
+		}
+		h, err := wire.PeekBatchHeader(b)
+		if err != nil {
+			return end, err // process names the batch
+		}
+		end = max(end, h.NextOffset())
+		b = b[n:]
+	}
+	return end, nil
+}
+
+// process verifies every batch of ch, decompresses the ones it needs and queues ch. On a
+// corrupt batch it queues the batches before it and returns the error, which names the
+// partition and the batch's offset.
+func (k *Consumer) process(p *partState, ch *chunk, from int64) error {
+	ch.batches, ch.dec = ch.batches[:0], ch.dec[:0]
+	off := wire.FetchResponseHeaderSize
+	var bad error
+	for off < len(ch.raw) {
+		rest := ch.raw[off:]
+		n := wholeBatchSize(rest)
+		if n == 0 {
+			break // scanEnd reports it
+		}
+		bt, err := wire.ParseBatch(rest[:n], k.maxBatch)
+		if err != nil {
+			bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, wire.BatchBaseOffset(rest), err)
+			break
+		}
+		if bt.BaseOffset+int64(bt.RecordCount) > from {
+			ref := batchRef{base: bt.BaseOffset, firstTS: bt.FirstTimestamp, count: bt.RecordCount}
+			if bt.Codec() == wire.CodecNone {
+				ref.start = off + n - len(bt.Records)
+				ref.end = off + n
+			} else {
+				ref.inDec, ref.start = true, len(ch.dec)
+				if ch.dec, err = p.comp.Decompress(ch.dec, &bt); err != nil {
+					bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, bt.BaseOffset, err)
+					break
+				}
+				ref.end = len(ch.dec)
+			}
+			ch.batches = append(ch.batches, ref)
+		}
+		off += n
+	}
+	k.account(ch, len(ch.dec))
+	if len(ch.batches) > 0 {
+		k.enqueue(ch)
+	} else {
+		k.recycle(ch)
+	}
+	return bad
+}
+
+// sleep waits d unless the session ends (false).
+func (k *Consumer) sleep(s *session, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// fetchFailed handles a failed FETCH at off: it returns true to retry (with *next possibly
+// moved), false when the fetcher must stop (session over, or a fatal error queued).
+func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, next *int64, backoff *time.Duration) bool {
+	if s.ctx.Err() != nil {
+		return false
+	}
+	var we *wire.Error
+	isWire := errors.As(err, &we) && !errors.Is(err, ErrConnectionLost)
+	switch {
+	case errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) || (isWire && we.Code.Fatal()):
+		if k.owned && !errors.Is(err, ErrClosed) {
+			return false // the supervisor redials
+		}
+		k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: %w", k.topic, p.id, err))
+		return false
+	case isWire && we.Code == wire.CodeOffsetOutOfRange:
+		ctx, cancel := context.WithTimeout(s.ctx, s.c.opts.RequestTimeout)
+		defer cancel()
+		start, lerr := s.c.ListOffsets(ctx, wire.ListOffsets{Topic: k.topic, Partition: uint32(p.id), Mode: wire.OffsetEarliest})
+		switch {
+		case lerr != nil:
+			return k.fetchFailed(s, p, off, lerr, next, backoff)
+		case off < start:
+			k.report(fmt.Errorf("%w: %s partition %d: offset %d, log start %d: resuming at %d", ErrOffsetReset, k.topic, p.id, off, start, start))
+			*next = start
+			return true
+		}
+		// Beyond the durable end but not the written one (a position committed by a
+		// consumer with written isolation): the durable end catches up soon.
+		res, ferr := s.c.Fetch(ctx, wire.Fetch{Topic: k.topic, Partition: uint32(p.id), Offset: start, MaxBytes: 1, Isolation: wire.IsolationWritten})
+		if ferr == nil && k.opts.Isolation == wire.IsolationDurable && off <= res.HighWatermark {
+			*backoff = min(max(2**backoff, 10*time.Millisecond), 2*time.Second)
+			return k.sleep(s, *backoff)
+		}
+		k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: offset %d is beyond the end of the log: %w", k.topic, p.id, off, err))
+		return false
+	case errors.Is(err, errFetchTimeout), errors.Is(err, context.DeadlineExceeded),
+		isWire && (we.Code == wire.CodeStorageError || we.Code == wire.CodeInternal || we.Code == wire.CodeResourceLimit || we.Code == wire.CodeStorageFull):
+		*backoff = min(max(2**backoff, 50*time.Millisecond), 2*time.Second)
+		k.report(fmt.Errorf("lightq: %s partition %d: FETCH at offset %d (retry in %v): %w", k.topic, p.id, off, *backoff, err))
+		return k.sleep(s, *backoff)
+	}
+	k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: FETCH at offset %d: %w", k.topic, p.id, off, err))
+	return false
+}

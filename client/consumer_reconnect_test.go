@@ -1,0 +1,176 @@
+package client_test
+
+// DialConsumer's reconnects, against real brokers that stop and start (see consumer_test.go).
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lightq/lightq/broker"
+	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/wire"
+)
+
+// ckProxy forwards the TCP connections made to its loopback listener, which lives as long as
+// the test, to its current backend, and closes them when the backend does. It gives a
+// DialConsumer one address across a broker restart, where each broker listens on a port of
+// its own (127.0.0.1:0): no port is freed and reused, so none can be lost to another
+// process in between. Without a backend it closes what it accepts, as a stopped broker's
+// address refuses.
+type ckProxy struct {
+	ln      net.Listener
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	backend string
+	conns   map[net.Conn]struct{}
+}
+
+func ckStartProxy(t testing.TB) *ckProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &ckProxy{ln: ln, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for nc := range p.conns {
+			nc.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *ckProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetBackend makes new connections go to addr ("": none).
+func (p *ckProxy) SetBackend(addr string) {
+	p.mu.Lock()
+	p.backend = addr
+	p.mu.Unlock()
+}
+
+func (p *ckProxy) accept() {
+	defer p.wg.Done()
+	for {
+		front, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		backend := p.backend
+		p.mu.Unlock()
+		var back net.Conn
+		if backend != "" {
+			back, err = net.Dial("tcp", backend)
+		}
+		if back == nil || err != nil {
+			front.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[front], p.conns[back] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer p.wg.Done()
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			p.mu.Lock()
+			delete(p.conns, dst)
+			delete(p.conns, src)
+			p.mu.Unlock()
+		}
+		p.wg.Add(2)
+		go pipe(back, front)
+		go pipe(front, back)
+	}
+}
+
+func TestDialConsumerReconnect(t *testing.T) {
+	t.Parallel()
+	proxy, dir := ckStartProxy(t), t.TempDir()
+	same := func(cfg *broker.Config) { cfg.DataDir = dir }
+	srv1, c1 := ckSetup(t, same, "dur", 2)
+	proxy.SetBackend(srv1.Addr())
+	const n1, n2 = 2000, 1000
+	var acks []client.Ack
+	ckProduce(t, c1, client.ProducerOptions{Topic: "dur", BatchBytes: 4 << 10}, 0, n1, &acks, nil)
+	c1.Close()
+
+	var emu sync.Mutex
+	var reported []error
+	redialFailed := make(chan struct{})
+	var redialOnce sync.Once
+	k, err := client.DialConsumer(itCtx(t), proxy.Addr(), client.Options{User: itUser, Password: itPass},
+		client.ConsumerOptions{Topic: "dur", Group: "g", MaxBytes: 8 << 10, Prefetch: 32 << 10, OnError: func(err error) {
+			emu.Lock()
+			defer emu.Unlock()
+			reported = append(reported, err)
+			if strings.Contains(err.Error(), ": redial in ") {
+				redialOnce.Do(func() { close(redialFailed) })
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+
+	reached, resume := make(chan struct{}), make(chan struct{})
+	var got []itRecord
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- k.Each(itCtx(t), func(m *client.Received) error {
+			got = append(got, copyReceived(m))
+			if len(got) == n1/4 {
+				close(reached)
+				<-resume // the broker goes away while this handler runs
+			}
+			if len(got) == n1+n2 {
+				return errItDone
+			}
+			return nil
+		})
+	}()
+	<-reached
+	proxy.SetBackend("") // the broker's address refuses from now on
+	if err := srv1.Shutdown(itCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	<-redialFailed // the consumer drains, then redials in vain
+	srv2 := startBroker(t, same)
+	proxy.SetBackend(srv2.Addr())
+	c2 := itDial(t, srv2.Addr(), itUser, itPass)
+	ckProduce(t, c2, client.ProducerOptions{Topic: "dur", BatchBytes: 4 << 10}, n1, n1+n2, &acks, nil)
+	if err := <-consumed; !errors.Is(err, errItDone) {
+		t.Fatalf("Each: %v after %d records", err, len(got))
+	}
+	ckVerify(t, got, acks, ckRange(0, n1+n2))
+	emu.Lock()
+	for _, err := range reported {
+		t.Logf("OnError: %v", err)
+	}
+	if len(reported) == 0 || !errors.Is(reported[0], client.ErrConnectionLost) {
+		t.Errorf("OnError got %v, want the connection loss first", reported)
+	}
+	emu.Unlock()
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int32{0, 1} {
+		off, err := c2.FetchCommitted(itCtx(t), wire.FetchCommitted{Group: "g", Topic: "dur", Partition: uint32(p)})
+		if err != nil || off != k.Position(p) {
+			t.Errorf("partition %d committed %d (%v), position %d", p, off, err, k.Position(p))
+		}
+	}
+}
