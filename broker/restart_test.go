@@ -433,10 +433,12 @@ func TestShutdownAnswersOwedDurableAcks(t *testing.T) {
 	defer close(stop)
 
 	var acked, refusedCorr uint32
+	var readErr error
 	shutdown := make(chan error, 1)
 	for {
 		f, err := prod.readFrame(10 * time.Second)
 		if err != nil {
+			readErr = err
 			break // closed after SHUTTING_DOWN (checked below)
 		}
 		switch f.h.Op {
@@ -466,7 +468,7 @@ func TestShutdownAnswersOwedDurableAcks(t *testing.T) {
 		}
 	}
 	if refusedCorr == 0 {
-		t.Fatal("connection closed without SHUTTING_DOWN")
+		t.Fatalf("connection closed without SHUTTING_DOWN after %d acks: %v", acked, readErr)
 	}
 	if err := <-shutdown; err != nil {
 		t.Fatal(err)
