@@ -150,8 +150,10 @@ func testBinarySIGTERM(t *testing.T, bin string) {
 
 	took := p.terminate(t)
 	t.Logf("exited %v after SIGTERM", took.Round(time.Millisecond))
-	if took > 5*time.Second {
-		t.Errorf("exit took %v after SIGTERM, want under 5 s", took)
+	// Idle connections close at once, so the exit takes milliseconds; the bound is for a
+	// shutdown that waits out the drain period (2 s) or worse, with slack for a loaded machine.
+	if took > 10*time.Second {
+		t.Errorf("exit took %v after SIGTERM, want under 10 s", took)
 	}
 	log := p.log.String()
 	for _, want := range []string{"lightq listening", "signal received", "stopped"} {

@@ -45,9 +45,12 @@ const (
 	// fdSlack is how many more descriptors than at the fresh start (segments aside) a
 	// restarted broker may hold.
 	fdSlack = 8
-	// maxRestartP99 bounds restart-to-serving; the plan's target is 1 s for a log of up to
-	// 1 GiB, these logs are far smaller, and the slack is for loaded CI machines.
-	maxRestartP99 = 2 * time.Second
+	// maxRestartP99 bounds restart-to-serving. The plan's target is 1 s for a log of up to
+	// 1 GiB, and these logs are far smaller: idle, a restart takes tens of milliseconds, and
+	// the summary logs the figure. The bound only catches a recovery that is stuck or grossly
+	// slow, with room for a loaded 2-core machine, where exec and start-up alone can take
+	// seconds.
+	maxRestartP99 = 10 * time.Second
 )
 
 type mode struct{ name, fsync string }
