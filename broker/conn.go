@@ -86,6 +86,9 @@ type conn struct {
 	// drained, after the acks it is owed; input after it is discarded unanswered.
 	refused     bool
 	refusedCorr uint32
+	// saidGoodbye is set once that closing SHUTTING_DOWN is written: from then on the
+	// connection only discards input and waits to close (see closeOnceSent).
+	saidGoodbye bool
 
 	out []byte // responses queued during this OnTraffic, written once at its end
 
@@ -187,6 +190,9 @@ func (c *conn) complete(fn func(*conn)) bool {
 // byte is written, and input waits.
 func (c *conn) onTraffic() gnet.Action {
 	c.wakePending.Store(false)
+	if c.saidGoodbye {
+		return c.closeOnceSent()
+	}
 	c.runCompletions()
 	if c.principal == nil && !c.failing() && time.Now().After(c.authDeadline) {
 		c.sendError(0, wire.CodeAuthTimeout, "no successful AUTH within "+c.srv.cfg.Limits.AuthTimeout.String())
@@ -211,9 +217,29 @@ func (c *conn) onTraffic() gnet.Action {
 		}
 		c.sendError(c.refusedCorr, wire.CodeShuttingDown, msg)
 		c.flush()
-		return gnet.Close
+		c.saidGoodbye = true
+		return c.closeOnceSent()
 	}
 	return gnet.None
+}
+
+// closeOnceSent closes a connection that said goodbye once the peer has acknowledged all of its
+// output, the SHUTTING_DOWN included; until then it discards input, which nothing after the
+// goodbye may act on. Closing as soon as the output is in the kernel loses it: a socket closed
+// with unread input is reset, and Linux drops whatever it had not sent yet, acks and goodbye
+// included. A producer that pipelines batches until it reads the goodbye always has input in
+// flight, so this happened whenever its receive window was full (issue 13). Server.Shutdown
+// wakes the connection every few milliseconds until it closes; its drain deadline bounds the
+// wait for a peer that does not read.
+func (c *conn) closeOnceSent() gnet.Action {
+	if c.closed {
+		return gnet.Close
+	}
+	_, _ = c.gc.Discard(c.gc.InboundBuffered())
+	if c.gc.OutboundBuffered() > 0 || unackedBytes(c.gc.Fd()) > 0 {
+		return gnet.None
+	}
+	return gnet.Close
 }
 
 // turn does the connection's work for one wake: the transfer in flight, input frames,

@@ -34,13 +34,24 @@ func TestQueueGroupSharesMessages(t *testing.T) {
 			t.Fatalf("fan-out got %q at %d", d.values[0], i)
 		}
 	}
+	// The members read until the group has all the messages between them (or nothing comes
+	// for 10 s), then for 300 ms more, so that a duplicate shows up as an extra delivery.
 	seen := map[string]int{}
 	done := make(chan []string, len(members))
+	var total atomic.Int64
+	allIn := make(chan struct{})
+	const linger = 300 * time.Millisecond
 	for _, m := range members {
 		go func(m *rawClient) {
 			var got []string
 			for {
-				f, err := m.readFrame(300 * time.Millisecond)
+				timeout := 10 * time.Second
+				select {
+				case <-allIn:
+					timeout = linger
+				default:
+				}
+				f, err := m.readFrame(timeout)
 				if err != nil {
 					done <- got
 					return
@@ -53,8 +64,18 @@ func TestQueueGroupSharesMessages(t *testing.T) {
 				for it.Next(&rec) {
 					got = append(got, string(rec.Value))
 				}
+				if total.Add(int64(bt.RecordCount)) == batches {
+					close(allIn)
+				}
 			}
 		}(m)
+	}
+	select {
+	case <-allIn:
+		for _, m := range members { // cut short the 10 s reads of the members that have all theirs
+			_ = m.conn.SetReadDeadline(time.Now().Add(linger))
+		}
+	case <-time.After(20 * time.Second):
 	}
 	for range members {
 		for _, v := range <-done {

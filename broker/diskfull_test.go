@@ -63,7 +63,9 @@ func TestDiskFull(t *testing.T) {
 	if !full {
 		t.Fatal("the disk never filled")
 	}
-	if took := time.Since(start); took > time.Second {
+	// Promptly: one request's time, with room for a loaded machine; what the bound catches is
+	// a broker that retries or waits for space instead of answering.
+	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("STORAGE_FULL took %v after the last ack", took)
 	}
 	t.Logf("disk full after %d acknowledged records", next)

@@ -27,8 +27,19 @@ func (c *rawClient) produceAcks(topic string, partition int32, acks wire.Acks, b
 // fetchAll fetches from offset until it has want records, checking every batch.
 func (c *rawClient) fetchValues(topic string, partition uint32, offset int64, maxWait uint32) (wire.FetchResponse, []string) {
 	c.t.Helper()
+	return c.fetchedValues(c.sendFetch(topic, partition, offset, maxWait), offset)
+}
+
+// sendFetch sends a FETCH without waiting for its answer (read it with fetchedValues).
+func (c *rawClient) sendFetch(topic string, partition uint32, offset int64, maxWait uint32) uint32 {
 	m := wire.Fetch{Topic: topic, Partition: partition, Offset: offset, MaxBytes: 1 << 20, MaxWaitMs: maxWait}
-	body := c.expectResponse(wire.OpFetch, c.send(wire.OpFetch, m.AppendTo(nil)))
+	return c.send(wire.OpFetch, m.AppendTo(nil))
+}
+
+// fetchedValues reads the answer to the FETCH corr from offset and returns its values.
+func (c *rawClient) fetchedValues(corr uint32, offset int64) (wire.FetchResponse, []string) {
+	c.t.Helper()
+	body := c.expectResponse(wire.OpFetch, corr)
 	var resp wire.FetchResponse
 	if err := resp.Decode(body); err != nil {
 		c.t.Fatal(err)
@@ -91,25 +102,21 @@ func TestDurableProduceFetch(t *testing.T) {
 			if values[0] != "25b" {
 				t.Fatalf("fetch at 51 starts with %q", values[0])
 			}
-			// At the end: a long poll that new data answers early.
-			done := make(chan []string, 1)
-			go func() {
-				_, v := c.fetchValues("events", 0, next, 5000)
-				done <- v
-			}()
-			time.Sleep(50 * time.Millisecond)
+			// At the end: a long poll that new data answers early. The PING behind it is
+			// answered once the FETCH has found nothing and waits.
 			p := login(t, srv.Addr(), "d-user", "d-pw")
+			start := time.Now()
+			poll := c.sendFetch("events", 0, next, 5000)
+			c.ping()
 			p.produceAcks("events", 0, wire.AcksWritten, testBatch(t, "late"))
-			select {
-			case v := <-done:
-				if len(v) != 1 || v[0] != "late" {
-					t.Fatalf("long poll got %v", v)
-				}
-			case <-time.After(3 * time.Second):
-				t.Fatal("long poll not answered by new data")
+			if _, v := c.fetchedValues(poll, next); len(v) != 1 || v[0] != "late" {
+				t.Fatalf("long poll got %v", v)
+			}
+			if el := time.Since(start); el >= 5*time.Second {
+				t.Fatalf("long poll answered after %v, at its deadline, not by the new data", el)
 			}
 			// An empty long poll ends at its deadline.
-			start := time.Now()
+			start = time.Now()
 			if _, v := c.fetchValues("events", 1, 0, 100); len(v) != 0 || time.Since(start) < 90*time.Millisecond {
 				t.Fatalf("empty fetch: %v after %v", v, time.Since(start))
 			}

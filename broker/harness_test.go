@@ -60,6 +60,27 @@ func startWith(t testing.TB, cfg Config) *Server {
 	return srv
 }
 
+// waitUntil polls cond until it holds, failing the test after a deadline that only a broken
+// broker misses, even on a loaded machine. Use it to wait for something the broker does
+// where no frame tells the client.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not %s after 20 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// openConns is how many connections s has open (registered in OnOpen, removed in OnClose).
+func openConns(s *Server) int {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	return len(s.conns)
+}
+
 // rawClient speaks the protocol byte by byte, so tests see exactly what the broker sends.
 type rawClient struct {
 	t    testing.TB

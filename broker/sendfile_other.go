@@ -30,3 +30,6 @@ type writableWatcher struct{}
 func newWritableWatcher() (*writableWatcher, error) { return &writableWatcher{}, nil }
 func (w *writableWatcher) forget(int)               {}
 func (w *writableWatcher) close()                   {}
+
+// unackedBytes cannot be told here: assume the peer has everything.
+func unackedBytes(int) int { return 0 }

@@ -162,6 +162,8 @@ func TestFetchRandomOffsetsDuringRetention(t *testing.T) {
 	stop := make(chan struct{})
 	var produced atomic.Int64
 	done := appender(t, srv.Addr(), "ret", 40, 1500, 1<<62, stop, &produced)
+	// Every fetch below has data to aim at (a loaded machine may take a while to produce).
+	waitUntil(t, "producing", func() bool { return produced.Load() > 0 })
 	var wg sync.WaitGroup
 	var served, outOfRange atomic.Int64
 	for r := 0; r < 3; r++ {
@@ -171,12 +173,7 @@ func TestFetchRandomOffsetsDuringRetention(t *testing.T) {
 			c := login(t, srv.Addr(), "d-user", "d-pw")
 			rng := rand.New(rand.NewSource(seed))
 			for i := 0; i < 300; i++ {
-				hw := produced.Load()
-				if hw == 0 {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				off := rng.Int63n(hw)
+				off := rng.Int63n(produced.Load())
 				m := wire.Fetch{Topic: "ret", Partition: 0, Offset: off, MaxBytes: 256 << 10, Isolation: wire.IsolationWritten}
 				corr := c.send(wire.OpFetch, m.AppendTo(nil))
 				f := c.mustRead()
@@ -278,8 +275,9 @@ func TestStuckTransferIsClosed(t *testing.T) {
 		m := wire.Fetch{Topic: "stuck", Partition: 0, Offset: int64(i) * 1000, MaxBytes: 1 << 20, Isolation: wire.IsolationWritten}
 		c.send(wire.OpFetch, m.AppendTo(nil))
 	}
-	time.Sleep(time.Second) // never read
-	// The broker has hung up: after what was buffered, the stream ends.
+	// Never read, until the broker has hung up (openConns counts admin, p and c).
+	waitUntil(t, "closing the stuck consumer", func() bool { return openConns(srv) == 2 })
+	// After what was buffered, the stream ends.
 	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 1<<20)
 	for {

@@ -92,3 +92,13 @@ func (w *writableWatcher) close() {
 	<-w.done
 	_ = unix.Close(w.epfd) // at shutdown, with the watcher stopped: nothing is left to tell
 }
+
+// unackedBytes is how many bytes written to the TCP socket fd its peer has not acknowledged
+// yet (SIOCOUTQ), or 0 when the kernel cannot tell.
+func unackedBytes(fd int) int {
+	n, err := unix.IoctlGetInt(fd, unix.SIOCOUTQ)
+	if err != nil {
+		return 0
+	}
+	return n
+}

@@ -7,7 +7,10 @@
 package brokertest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +63,20 @@ func StartWith(t testing.TB, cfg broker.Config) *broker.Server {
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return srv
+}
+
+// ListenAddr finds the address in the "lightq listening" line of a broker's JSON log, so that
+// a test can start a broker process on 127.0.0.1:0 and learn the port it got. (Reserving a
+// free port and passing it on loses the port whenever another process takes it meanwhile.)
+// It reports false while the line has not been written yet.
+func ListenAddr(log string) (string, bool) {
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct{ Message, Addr string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "lightq listening" && line.Addr != "" {
+			return line.Addr, true
+		}
+	}
+	return "", false
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/wire"
 )
@@ -45,9 +45,12 @@ const (
 	// fdSlack is how many more descriptors than at the fresh start (segments aside) a
 	// restarted broker may hold.
 	fdSlack = 8
-	// maxRestartP99 bounds restart-to-serving; the plan's target is 1 s for a log of up to
-	// 1 GiB, these logs are far smaller, and the slack is for loaded CI machines.
-	maxRestartP99 = 2 * time.Second
+	// maxRestartP99 bounds restart-to-serving. The plan's target is 1 s for a log of up to
+	// 1 GiB, and these logs are far smaller: idle, a restart takes tens of milliseconds, and
+	// the summary logs the figure. The bound only catches a recovery that is stuck or grossly
+	// slow, with room for a loaded 2-core machine, where exec and start-up alone can take
+	// seconds.
+	maxRestartP99 = 10 * time.Second
 )
 
 type mode struct{ name, fsync string }
@@ -256,25 +259,14 @@ func (b *brokerProc) kill(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 func adminOptions(name string) client.Options {
 	return client.Options{User: "admin", Password: adminPass, ClientName: name,
 		DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second}
 }
 
-// startBroker starts the broker on dataDir and a free loopback port, and returns it with an
-// admin connection and the time from exec to the first successful HELLO+AUTH (recovery runs
-// before the broker listens, so this is restart-to-serving).
+// startBroker starts the broker on dataDir and 127.0.0.1:0 (it logs the port it got), and
+// returns it with an admin connection and the time from exec to the first successful
+// HELLO+AUTH (recovery runs before the broker listens, so this is restart-to-serving).
 func startBroker(t *testing.T, bin, dataDir string) (*brokerProc, *client.Conn, time.Duration) {
 	t.Helper()
 	var env []string
@@ -284,48 +276,50 @@ func startBroker(t *testing.T, bin, dataDir string) (*brokerProc, *client.Conn, 
 		}
 	}
 	env = append(env, "LIGHTQ_ADMIN_PASSWORD="+adminPass)
-	for attempt := 1; ; attempt++ {
-		b := &brokerProc{addr: freeAddr(t), log: &tailBuffer{}, exited: make(chan struct{})}
-		b.cmd = exec.Command(bin, "--addr", b.addr, "--data-dir", dataDir, "--hash-params", hashParams,
-			"--log-level", "info", "--log-format", "json", "--shutdown-drain", "200ms")
-		b.cmd.Env = env
-		b.cmd.Stdout = io.Discard
-		b.cmd.Stderr = b.log
-		start := time.Now()
-		if err := b.cmd.Start(); err != nil {
-			t.Fatal(err)
+	b := &brokerProc{log: &tailBuffer{}, exited: make(chan struct{})}
+	b.cmd = exec.Command(bin, "--addr", "127.0.0.1:0", "--data-dir", dataDir, "--hash-params", hashParams,
+		"--log-level", "info", "--log-format", "json", "--shutdown-drain", "200ms")
+	b.cmd.Env = env
+	b.cmd.Stdout = io.Discard
+	b.cmd.Stderr = b.log
+	start := time.Now()
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.pid = b.cmd.Process.Pid
+	go func() {
+		b.waitErr = b.cmd.Wait()
+		close(b.exited)
+	}()
+	t.Cleanup(func() {
+		if b.alive() {
+			_ = syscall.Kill(b.pid, syscall.SIGKILL)
+			<-b.exited
 		}
-		b.pid = b.cmd.Process.Pid
-		go func() {
-			b.waitErr = b.cmd.Wait()
-			close(b.exited)
-		}()
-		t.Cleanup(func() {
-			if b.alive() {
-				_ = syscall.Kill(b.pid, syscall.SIGKILL)
-				<-b.exited
-			}
-		})
-		deadline := start.Add(30 * time.Second)
-		for {
-			if !b.alive() {
-				if attempt < 3 && strings.Contains(b.log.String(), "address already in use") {
-					break // another process took the port: try another
-				}
-				t.Fatalf("broker exited while starting: %v; log:\n%s", b.waitErr, b.log.tail(8000))
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			c, err := client.Dial(ctx, b.addr, adminOptions("crash-admin"))
-			cancel()
-			if err == nil {
-				return b, c, time.Since(start)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("broker not serving on %s 30 s after start: %v; log:\n%s", b.addr, err, b.log.tail(8000))
-			}
-			time.Sleep(5 * time.Millisecond)
+	})
+	deadline := start.Add(30 * time.Second)
+	for {
+		addr, ok := brokertest.ListenAddr(b.log.String())
+		if ok {
+			b.addr = addr
+			break
+		}
+		select {
+		case <-b.exited:
+			t.Fatalf("broker exited while starting: %v; log:\n%s", b.waitErr, b.log.tail(8000))
+		case <-time.After(2 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker logged no listening address 30 s after start; log:\n%s", b.log.tail(8000))
 		}
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	c, err := client.Dial(ctx, b.addr, adminOptions("crash-admin"))
+	if err != nil {
+		t.Fatalf("broker listening on %s, but HELLO+AUTH failed: %v; log:\n%s", b.addr, err, b.log.tail(8000))
+	}
+	return b, c, time.Since(start)
 }
 
 // countFDs counts the open file descriptors of a process.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/wire"
 )
@@ -64,16 +65,16 @@ func logHas(text, msg string) bool {
 	return false
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
+// takenAddr returns a loopback address that a listener of the test holds until it ends: a
+// broker told to listen there cannot start.
+func takenAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
 }
 
 func envFunc(env map[string]string) func(string) string {
@@ -81,13 +82,13 @@ func envFunc(env map[string]string) func(string) string {
 }
 
 // runDirect calls run with a context that ends after 10 s, so that a run expected to fail
-// fast cannot hang the test if it starts a broker after all. Every call gets a private
-// address and data directory for the same reason.
+// fast cannot hang the test if it starts a broker after all. Every call gets a port of its
+// own (port 0) and a private data directory for the same reason.
 func runDirect(t *testing.T, args []string, env map[string]string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	safe := []string{"--addr", freeAddr(t), "--data-dir", t.TempDir(), "--hash-params", testHashParams}
+	safe := []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--hash-params", testHashParams}
 	var out, errb syncBuffer
 	code = Main(ctx, append(safe, args...), envFunc(env), &out, &errb)
 	return code, out.String(), errb.String()
@@ -95,35 +96,36 @@ func runDirect(t *testing.T, args []string, env map[string]string) (code int, st
 
 // running is a broker started by run in a goroutine.
 type running struct {
+	addr   string // where it listens, from its "lightq listening" log line
 	cancel context.CancelFunc
 	done   chan int
 	stderr *syncBuffer
 }
 
-// startRun starts run and waits until addr accepts connections.
-func startRun(t *testing.T, addr string, args []string, env map[string]string) *running {
+// startRun starts run and waits until it logs where it listens. args should say --addr
+// 127.0.0.1:0 (or leave the address to a config file or the environment that does): the
+// broker picks a free port itself, which no other process can take first.
+func startRun(t *testing.T, args []string, env map[string]string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
 	go func() { r.done <- Main(ctx, args, envFunc(env), &bytes.Buffer{}, r.stderr) }()
 	t.Cleanup(func() { r.stop(t) })
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
+		if addr, ok := brokertest.ListenAddr(r.stderr.String()); ok {
+			r.addr = addr
+			return r
+		}
 		select {
 		case code := <-r.done:
 			r.done <- code
 			t.Fatalf("run returned %d before listening; log:\n%s", code, r.stderr.String())
-		default:
-		}
-		nc, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			nc.Close()
-			return r
+		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %s after 10 s: %v; log:\n%s", addr, err, r.stderr.String())
+			t.Fatalf("run logged no listening address after 30 s; log:\n%s", r.stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -303,56 +305,59 @@ func TestRunListenFailure(t *testing.T) {
 }
 
 // TestRunPrecedence: defaults < config file < environment < flags, checked on a broker that
-// listens where the winning layer says and announces the winning limits.
+// listens where the winning layer says and announces the winning limits. The winning layer
+// says 127.0.0.1:0; the layers that must lose name addresses the test holds, where the broker
+// cannot listen, so it starts only if the right layer won.
 func TestRunPrecedence(t *testing.T) {
 	t.Parallel()
 	const adminPass = "precedence-admin-pw"
 	dir := t.TempDir()
-	fileAddr, envAddr, flagAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	const freeAddr = "127.0.0.1:0"
+	takenFileAddr, takenEnvAddr := takenAddr(t), takenAddr(t)
 	fileDir, envDir, flagDir := filepath.Join(dir, "file"), filepath.Join(dir, "env"), filepath.Join(dir, "flag")
-	conf := filepath.Join(dir, "lightq.conf")
-	text := fmt.Sprintf("# test\naddr = %s\ndata-dir = %s\nmax-message = 1000\nhash-params = %s\nshutdown-drain = 100ms\nlog-level = debug\n",
-		fileAddr, fileDir, testHashParams)
-	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
+	writeConf := func(name, addr string) string {
+		path := filepath.Join(dir, name)
+		text := fmt.Sprintf("# test\naddr = %s\ndata-dir = %s\nmax-message = 1000\nhash-params = %s\nshutdown-drain = 100ms\nlog-level = debug\n",
+			addr, fileDir, testHashParams)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
+	conf := writeConf("lightq.conf", freeAddr)            // the file wins
+	losingConf := writeConf("losing.conf", takenFileAddr) // the file loses
 	baseEnv := map[string]string{"LIGHTQ_ADMIN_PASSWORD": adminPass}
-	withEnv := map[string]string{
-		"LIGHTQ_ADMIN_PASSWORD": adminPass,
-		"LIGHTQ_ADDR":           envAddr,
-		"LIGHTQ_DATA_DIR":       envDir,
-		"LIGHTQ_MAX_MESSAGE":    "2000",
-		"LIGHTQ_LOG_LEVEL":      "info",
+	env := func(addr string) map[string]string {
+		return map[string]string{
+			"LIGHTQ_ADMIN_PASSWORD": adminPass,
+			"LIGHTQ_ADDR":           addr,
+			"LIGHTQ_DATA_DIR":       envDir,
+			"LIGHTQ_MAX_MESSAGE":    "2000",
+			"LIGHTQ_LOG_LEVEL":      "info",
+		}
 	}
 	cases := []struct {
 		name       string
 		args       []string
 		env        map[string]string
-		addr, data string
+		data       string
 		maxMessage int
-		notAddrs   []string
 		debugLog   bool
 	}{
-		{"file", []string{"--config", conf}, baseEnv, fileAddr, fileDir, 1000, []string{envAddr, flagAddr}, true},
-		{"env over file", []string{"--config", conf}, withEnv, envAddr, envDir, 2000, []string{fileAddr, flagAddr}, false},
-		{"flag over env", []string{"--config", conf, "--addr", flagAddr, "--data-dir", flagDir, "--max-message=3000"}, withEnv, flagAddr, flagDir, 3000, []string{fileAddr, envAddr}, false},
+		{"file", []string{"--config", conf}, baseEnv, fileDir, 1000, true},
+		{"env over file", []string{"--config", losingConf}, env(freeAddr), envDir, 2000, false},
+		{"flag over env", []string{"--config", losingConf, "--addr", freeAddr, "--data-dir", flagDir, "--max-message=3000"}, env(takenEnvAddr), flagDir, 3000, false},
 	}
 	for _, tc := range cases {
-		r := startRun(t, tc.addr, tc.args, tc.env)
-		c, err := dialAdmin(t, tc.addr, adminPass)
+		r := startRun(t, tc.args, tc.env)
+		c, err := dialAdmin(t, r.addr, adminPass)
 		if err != nil {
-			t.Fatalf("%s: dial %s: %v", tc.name, tc.addr, err)
+			t.Fatalf("%s: dial %s: %v", tc.name, r.addr, err)
 		}
 		if got := c.Limits().MaxMessage; got != tc.maxMessage {
 			t.Errorf("%s: max message %d, want %d", tc.name, got, tc.maxMessage)
 		}
 		c.Close()
-		for _, other := range tc.notAddrs {
-			if nc, err := net.DialTimeout("tcp", other, 200*time.Millisecond); err == nil {
-				nc.Close()
-				t.Errorf("%s: something listens on %s too", tc.name, other)
-			}
-		}
 		if _, err := os.Stat(filepath.Join(tc.data, "meta.json")); err != nil {
 			t.Errorf("%s: data dir %s not used: %v", tc.name, tc.data, err)
 		}
@@ -368,8 +373,8 @@ func TestRunPrecedence(t *testing.T) {
 				debug = true
 			}
 		}
-		if listening == nil || listening["addr"] != tc.addr || listening["data_dir"] != tc.data {
-			t.Errorf("%s: listening log line %v, want addr %s data_dir %s", tc.name, listening, tc.addr, tc.data)
+		if listening == nil || listening["data_dir"] != tc.data {
+			t.Errorf("%s: listening log line %v, want data_dir %s", tc.name, listening, tc.data)
 		}
 		if debug != tc.debugLog {
 			t.Errorf("%s: debug lines logged: %v, want %v (log-level from the file, overridden by env)", tc.name, debug, tc.debugLog)
@@ -385,17 +390,17 @@ func TestRunPrecedence(t *testing.T) {
 func TestRunAdminPasswordFromEnv(t *testing.T) {
 	t.Parallel()
 	const pass = "env-admin-password-7f3a"
-	addr, dataDir := freeAddr(t), t.TempDir()
-	r := startRun(t, addr, []string{"--addr", addr, "--data-dir", dataDir, "--hash-params", testHashParams, "--shutdown-drain", "100ms"},
+	dataDir := t.TempDir()
+	r := startRun(t, []string{"--addr", "127.0.0.1:0", "--data-dir", dataDir, "--hash-params", testHashParams, "--shutdown-drain", "100ms"},
 		map[string]string{"LIGHTQ_ADMIN_PASSWORD": pass})
-	c, err := dialAdmin(t, addr, pass)
+	c, err := dialAdmin(t, r.addr, pass)
 	if err != nil {
 		t.Fatalf("dial with LIGHTQ_ADMIN_PASSWORD: %v", err)
 	}
 	if c.Role() != wire.RoleAdmin {
 		t.Errorf("role %v", c.Role())
 	}
-	if _, err := dialAdmin(t, addr, pass+"x"); !errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) {
+	if _, err := dialAdmin(t, r.addr, pass+"x"); !errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) {
 		t.Errorf("wrong admin password: %v, want AUTH_FAILED", err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "admin-password")); !errors.Is(err, os.ErrNotExist) {
@@ -411,9 +416,9 @@ func TestRunAdminPasswordFromEnv(t *testing.T) {
 // <data-dir>/admin-password (0600), it works, it is not logged, and a restart keeps it.
 func TestRunGeneratedAdminPassword(t *testing.T) {
 	t.Parallel()
-	addr, dataDir := freeAddr(t), t.TempDir()
-	args := []string{"--addr", addr, "--data-dir", dataDir, "--hash-params", testHashParams, "--shutdown-drain", "100ms"}
-	r := startRun(t, addr, args, nil)
+	dataDir := t.TempDir()
+	args := []string{"--addr", "127.0.0.1:0", "--data-dir", dataDir, "--hash-params", testHashParams, "--shutdown-drain", "100ms"}
+	r := startRun(t, args, nil)
 	path := filepath.Join(dataDir, "admin-password")
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -430,7 +435,7 @@ func TestRunGeneratedAdminPassword(t *testing.T) {
 	if len(pass) < 16 {
 		t.Errorf("generated password %d characters long", len(pass))
 	}
-	if _, err := dialAdmin(t, addr, pass); err != nil {
+	if _, err := dialAdmin(t, r.addr, pass); err != nil {
 		t.Fatalf("dial with the generated password: %v", err)
 	}
 	r.stop(t)
@@ -443,11 +448,11 @@ func TestRunGeneratedAdminPassword(t *testing.T) {
 	}
 
 	// A restart without LIGHTQ_ADMIN_PASSWORD keeps the stored admin.
-	r2 := startRun(t, addr, args, nil)
+	r2 := startRun(t, args, nil)
 	if data2, err := os.ReadFile(path); err != nil || !bytes.Equal(data, data2) {
 		t.Errorf("password file changed on restart: %v", err)
 	}
-	if _, err := dialAdmin(t, addr, pass); err != nil {
+	if _, err := dialAdmin(t, r2.addr, pass); err != nil {
 		t.Errorf("dial after restart: %v", err)
 	}
 	r2.stop(t)
