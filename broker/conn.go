@@ -228,14 +228,14 @@ func (c *conn) onTraffic() gnet.Action {
 // goodbye may act on. Closing as soon as the output is in the kernel loses it: a socket closed
 // with unread input is reset, and Linux drops whatever it had not sent yet, acks and goodbye
 // included. A producer that pipelines batches until it reads the goodbye always has input in
-// flight, so this happened whenever its receive window was full (issue 13). Server.Shutdown
+// flight, so this happened whenever its receive window was full. Server.Shutdown
 // wakes the connection every few milliseconds until it closes; its drain deadline bounds the
 // wait for a peer that does not read.
 func (c *conn) closeOnceSent() gnet.Action {
-	if c.closed {
+	if c.closed() {
 		return gnet.Close
 	}
-	_, _ = c.gc.Discard(c.gc.InboundBuffered())
+	c.discard(c.gc.InboundBuffered())
 	if c.gc.OutboundBuffered() > 0 || unackedBytes(c.gc.Fd()) > 0 {
 		return gnet.None
 	}
