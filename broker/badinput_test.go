@@ -181,16 +181,17 @@ func TestBadInputFraming(t *testing.T) {
 		{name: "order: short length before bad version", st: stFresh, send: raw(rawHeader(3, wire.Magic, 9, wire.OpPing, 0xFFFF, 0, 1)), code: wire.CodeMalformedFrame},
 		{name: "order: bad version before bad flags", st: stFresh, send: raw(rawHeader(12, wire.Magic, 9, wire.OpPing, 0xFFFF, 0xFFFF, 1)), code: wire.CodeUnsupportedVersion},
 		{name: "order: bad magic first", st: stFresh, send: raw(rawHeader(0xFFFFFFFF, 0x1234, 9, wire.OpPing, 0xFFFF, 0xFFFF, 1)), code: wire.CodeNotProtocol},
-		// A client must not send responses; handle.go answers MALFORMED_FRAME (fatal) with the
+		// A client must not send responses: a framing error, answered MALFORMED_FRAME (fatal)
+		// with corr id 0 like the header errors above (PROTOCOL.md section 2), not with the
 		// frame's corr id.
 		{name: "FlagResponse from client", st: stAdmin, send: func(c *rawClient) uint32 {
 			c.write(wire.AppendFrame(nil, wire.OpPing, wire.FlagResponse, 31, nil))
-			return 31
-		}, code: wire.CodeMalformedFrame},
+			return 0
+		}, code: wire.CodeMalformedFrame, msg: "FlagResponse"},
 		{name: "FlagResponse from client before HELLO", st: stFresh, send: func(c *rawClient) uint32 {
 			m := wire.Hello{ClientName: "x"}
 			c.write(wire.AppendFrame(nil, wire.OpHello, wire.FlagResponse, 32, m.AppendTo(nil)))
-			return 32
+			return 0
 		}, code: wire.CodeMalformedFrame},
 		// Frames that are well framed but unknown are skipped; the next frame still parses.
 		{name: "unknown opcode 0x7e", st: stAdmin, send: func(c *rawClient) uint32 { return c.sendRaw(0x7e, 41, nil) }, code: wire.CodeUnknownOpcode},
@@ -207,6 +208,13 @@ func TestBadInputFraming(t *testing.T) {
 		{name: "frame of exactly PreAuthMaxFrame is framed", st: stFresh, send: func(c *rawClient) uint32 {
 			return c.sendRaw(wire.OpHello, 47, body(lim.PreAuthMaxFrame-wire.HeaderSize))
 		}, code: wire.CodeInvalidRequest},
+		{name: "FlagResponse on a PRODUCE", st: stAdmin, send: func(c *rawClient) uint32 {
+			c.write(wire.AppendFrame(nil, wire.OpProduce, wire.FlagResponse, 33, produceBody("two", 0, wire.AcksWritten, testBatch(t, "x"))))
+			return 0
+		}, code: wire.CodeMalformedFrame},
+		// Bodies have no trailing bytes, PING's included (PROTOCOL.md sections 1 and 4.3).
+		{name: "PING with a body", st: stAdmin, send: func(c *rawClient) uint32 { return c.sendRaw(wire.OpPing, 48, body(1)) }, code: wire.CodeInvalidRequest, msg: "PING"},
+		{name: "PING with a body before HELLO", st: stFresh, send: func(c *rawClient) uint32 { return c.sendRaw(wire.OpPing, 49, body(100)) }, code: wire.CodeInvalidRequest},
 	}
 	runBadCases(t, srv.Addr(), p, cases)
 }
@@ -377,6 +385,38 @@ func TestBadInputRequests(t *testing.T) {
 		badCase{name: "CREATE existing topic", st: stAdmin, send: send(wire.OpCreateTopic, 715, with(func(m *wire.CreateTopic) { m.Name, m.User, m.Password = "two", "two-user", "two-pw" })), code: wire.CodeTopicExists},
 		badCase{name: "CREATE existing topic, other user", st: stAdmin, send: send(wire.OpCreateTopic, 716, with(func(m *wire.CreateTopic) { m.Name = "two" })), code: wire.CodeTopicExists},
 		badCase{name: "CREATE user exists with another password", st: stAdmin, send: send(wire.OpCreateTopic, 717, with(func(m *wire.CreateTopic) { m.Name, m.User, m.Password = "two-b", "two-user", "not-two-pw" })), code: wire.CodeAuthFailed},
+		// User names follow wire.ValidUserName: refused as INVALID_REQUEST before anything is
+		// hashed or stored (a NUL used to reach meta's validation and come back STORAGE_ERROR).
+		badCase{name: "CREATE user with NUL", st: stAdmin, send: send(wire.OpCreateTopic, 718, with(func(m *wire.CreateTopic) { m.User = "fresh\x00user" })), code: wire.CodeInvalidRequest, msg: "control character"},
+		badCase{name: "CREATE user with newline", st: stAdmin, send: send(wire.OpCreateTopic, 719, with(func(m *wire.CreateTopic) { m.User = "fresh\nuser" })), code: wire.CodeInvalidRequest, msg: "control character"},
+		badCase{name: "CREATE user with DEL", st: stAdmin, send: send(wire.OpCreateTopic, 720, with(func(m *wire.CreateTopic) { m.User = "fresh\x7f" })), code: wire.CodeInvalidRequest},
+		badCase{name: "CREATE user not UTF-8", st: stAdmin, send: send(wire.OpCreateTopic, 721, with(func(m *wire.CreateTopic) { m.User = "fresh\xff" })), code: wire.CodeInvalidRequest, msg: "UTF-8"},
+		// Group names follow wire.ValidGroupName, checked by the decoders (so before the
+		// topic is looked up: "two" is transient).
+		badCase{name: "SUBSCRIBE group with NUL", st: stAdmin, send: send(wire.OpSubscribe, 800, func() []byte {
+			m := wire.Subscribe{Topic: "two", Partition: -1, QueueGroup: "g\x00", Credit: 1}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "group name"},
+		badCase{name: "SUBSCRIBE group not UTF-8", st: stAdmin, send: send(wire.OpSubscribe, 801, func() []byte {
+			m := wire.Subscribe{Topic: "two", Partition: -1, QueueGroup: "\xc3", Credit: 1}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "UTF-8"},
+		badCase{name: "COMMIT_OFFSET empty group", st: stAdmin, send: send(wire.OpCommitOffset, 802, func() []byte {
+			m := wire.CommitOffset{Topic: "two", Offset: 1}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "group name"},
+		badCase{name: "COMMIT_OFFSET group with tab", st: stAdmin, send: send(wire.OpCommitOffset, 803, func() []byte {
+			m := wire.CommitOffset{Group: "g\tg", Topic: "two", Offset: 1}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "control character"},
+		badCase{name: "FETCH_COMMITTED empty group", st: stAdmin, send: send(wire.OpFetchCommitted, 804, func() []byte {
+			m := wire.FetchCommitted{Topic: "two"}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "group name"},
+		badCase{name: "FETCH_COMMITTED group not UTF-8", st: stAdmin, send: send(wire.OpFetchCommitted, 805, func() []byte {
+			m := wire.FetchCommitted{Group: "\xff\xfe", Topic: "two"}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "UTF-8"},
 	)
 	runBadCases(t, srv.Addr(), p, cases)
 

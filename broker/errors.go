@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lightq/lightq/broker/meta"
 	qlog "github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
@@ -26,20 +27,34 @@ func answer(code wire.Code, format string, args ...any) error {
 	return &errAnswer{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// reply sends err as an ERROR (its code if it is an errAnswer) or runs ok.
+// reply sends err as an ERROR (see replyFor) or runs ok.
 func (c *conn) reply(corr uint32, err error, ok func()) {
+	if err == nil {
+		ok()
+		return
+	}
+	code, msg, logIt := replyFor(err)
+	if logIt {
+		c.log.Error().Err(err).Msg("request failed")
+	}
+	c.sendError(corr, code, msg)
+}
+
+// replyFor is the code and text a client gets for a failed request, and whether the broker
+// logs the error: an errAnswer's own code and text; a state meta refuses to store
+// (meta.ErrInvalid: a value the request should not have carried, which the handlers check
+// first) is INVALID_REQUEST with meta's text, which names no file; anything else means a
+// metadata or offsets file could not be written, and since its text names server paths the
+// client gets STORAGE_ERROR and only what happened, the log the details.
+func replyFor(err error) (code wire.Code, msg string, logIt bool) {
 	var ea *errAnswer
 	switch {
-	case err == nil:
-		ok()
 	case errors.As(err, &ea):
-		c.sendError(corr, ea.code, ea.msg)
-	default:
-		// Not an answer of ours: a metadata or offsets file could not be written. Its text
-		// names server paths, so the client gets only what happened.
-		c.log.Error().Err(err).Msg("request failed")
-		c.sendError(corr, wire.CodeStorageError, "the broker could not store the change; its log has the details")
+		return ea.code, ea.msg, false
+	case errors.Is(err, meta.ErrInvalid):
+		return wire.CodeInvalidRequest, err.Error(), true
 	}
+	return wire.CodeStorageError, "the broker could not store the change; its log has the details", true
 }
 
 // errorBody is the body of an ERROR frame.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lightq/lightq/broker/meta"
 	qlog "github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
@@ -37,5 +38,28 @@ func TestStorageMessageNamesNoPath(t *testing.T) {
 	}
 	if msg := storageMessage("", 2, qlog.ErrBroken); !strings.HasPrefix(msg, "partition 2: ") {
 		t.Errorf("without a topic: %q", msg)
+	}
+}
+
+// A failed topic change reaches the client as its own code, as INVALID_REQUEST when meta
+// refuses the state (never STORAGE_ERROR for a bad value), and as STORAGE_ERROR without the
+// server's paths when a file could not be written.
+func TestReplyForNamesNoPath(t *testing.T) {
+	const path = "/srv/lightq/data/meta.json.tmp-123"
+	for _, tc := range []struct {
+		err   error
+		code  wire.Code
+		want  string
+		logIt bool
+	}{
+		{answer(wire.CodeTopicExists, "topic %q exists", "t"), wire.CodeTopicExists, `topic "t" exists`, false},
+		{fmt.Errorf("%w: user %q: %v", meta.ErrInvalid, "a\x00b", "control character"), wire.CodeInvalidRequest, "control character", true},
+		{fmt.Errorf("meta: syncing %s: %w", path, errors.New("input/output error")), wire.CodeStorageError, "could not store", true},
+		{fmt.Errorf("%w: meta: renaming %s", meta.ErrBroken, path), wire.CodeStorageError, "could not store", true},
+	} {
+		code, msg, logIt := replyFor(tc.err)
+		if code != tc.code || !strings.Contains(msg, tc.want) || strings.Contains(msg, "/srv") || logIt != tc.logIt {
+			t.Errorf("replyFor(%v) = %s %q log %v; want %s, a text with %q and no path, log %v", tc.err, code, msg, logIt, tc.code, tc.want, tc.logIt)
+		}
 	}
 }

@@ -10,7 +10,9 @@ import (
 // frame is discarded, so handlers copy what they keep.
 func (c *conn) handle(h wire.Header, body []byte) {
 	if h.Flags&wire.FlagResponse != 0 {
-		c.sendError(h.Corr, wire.CodeMalformedFrame, "clients must not send responses")
+		// A header a client may not send, like an unknown flag bit: a framing error, which
+		// answers no request (corr id 0, PROTOCOL.md section 2) and closes the connection.
+		c.sendError(0, wire.CodeMalformedFrame, fmt.Sprintf("%s frame with corr id %d has FlagResponse set: clients must not send responses", h.Op, h.Corr))
 		return
 	}
 	switch h.Op {
@@ -18,7 +20,9 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleHello(h.Corr, body)
 		return
 	case wire.OpPing:
-		c.respondEmpty(wire.OpPing, h.Corr)
+		if c.decodeOr(h.Corr, wire.OpPing, wire.NoBody(body)) {
+			c.respondEmpty(wire.OpPing, h.Corr)
+		}
 		return
 	case wire.OpAuth:
 		c.handleAuth(h.Corr, body)

@@ -35,9 +35,14 @@ func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 	})
 }
 
-// createTopic validates, hashes, persists and publishes a new topic. Runs on a worker.
+// createTopic validates, hashes, persists and publishes a new topic. Runs on a worker. The
+// names are checked here, against the rules of wire (which meta.Update enforces again), so a
+// bad one is INVALID_REQUEST before anything is hashed or written.
 func (s *Server) createTopic(m *wire.CreateTopic) error {
 	if err := wire.ValidTopicName(m.Name); err != nil {
+		return answer(wire.CodeInvalidRequest, "%v", err)
+	}
+	if err := wire.ValidUserName(m.User); err != nil {
 		return answer(wire.CodeInvalidRequest, "%v", err)
 	}
 	switch {
@@ -45,7 +50,7 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		return answer(wire.CodeInvalidRequest, "unknown topic kind %d", m.Kind)
 	case m.Partitions < 1 || m.Partitions > wire.MaxPartitions:
 		return answer(wire.CodeInvalidRequest, "partitions must be 1-%d, got %d", wire.MaxPartitions, m.Partitions)
-	case m.User == "" || m.Password == "":
+	case m.Password == "":
 		return answer(wire.CodeInvalidRequest, "a topic needs a user and a password")
 	case m.User == s.cfg.AdminUser:
 		return answer(wire.CodeInvalidRequest, "the admin user cannot be a topic user")

@@ -157,6 +157,23 @@ func (m *ErrorBody) Decode(b []byte) error {
 	return r.Done("ERROR")
 }
 
+// checkName records the error of a name rule (ValidGroupName, ...) as the decoder's error,
+// unless the body already failed to decode.
+func checkName(r *Reader, err error) {
+	if err != nil && r.Err() == nil {
+		r.Fail(fmt.Errorf("%w: %w", ErrMalformed, err))
+	}
+}
+
+// NoBody checks the body of a frame that has none (a PING request, and the responses that
+// carry nothing): any byte in it is a trailing byte, which makes the request invalid.
+func NoBody(b []byte) error {
+	if len(b) != 0 {
+		return fmt.Errorf("%w: the body must be empty, got %d trailing bytes", ErrMalformed, len(b))
+	}
+	return nil
+}
+
 // Option is one key=value topic option (for example retention.bytes=1073741824).
 type Option struct {
 	Key   string
@@ -475,6 +492,9 @@ func (m *Subscribe) Decode(b []byte) error {
 	m.Partition = r.I32()
 	m.QueueGroup = r.String(MaxGroupName, "group")
 	m.Credit = r.U32()
+	if m.QueueGroup != "" {
+		checkName(&r, ValidGroupName(m.QueueGroup))
+	}
 	return r.Done("SUBSCRIBE")
 }
 
@@ -693,6 +713,7 @@ func (m *CommitOffset) Decode(b []byte) error {
 	m.Topic = r.String(MaxTopicName, "topic name")
 	m.Partition = r.U32()
 	m.Offset = r.I64()
+	checkName(&r, ValidGroupName(m.Group))
 	return r.Done("COMMIT_OFFSET")
 }
 
@@ -714,5 +735,6 @@ func (m *FetchCommitted) Decode(b []byte) error {
 	m.Group = r.String(MaxGroupName, "group")
 	m.Topic = r.String(MaxTopicName, "topic name")
 	m.Partition = r.U32()
+	checkName(&r, ValidGroupName(m.Group))
 	return r.Done("FETCH_COMMITTED")
 }

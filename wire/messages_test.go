@@ -153,6 +153,13 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"CommitOffset group 256", func() wireBody { return new(wire.CommitOffset) }, body(str(strings.Repeat("g", 256)), str("t"), u32(0), i64(0))},
 		{"FetchCommitted topic 250", func() wireBody { return new(wire.FetchCommitted) }, body(str("g"), str(strings.Repeat("t", 250)), u32(0))},
 		{"Credit of UNSUBSCRIBE size", func() wireBody { return new(wire.Credit) }, u32(1)},
+		// Group names follow ValidGroupName; in SUBSCRIBE the empty group (fan-out) is fine.
+		{"Subscribe group with NUL", func() wireBody { return new(wire.Subscribe) }, body(str("t"), u32(0), str("g\x00"), u32(0))},
+		{"Subscribe group not UTF-8", func() wireBody { return new(wire.Subscribe) }, body(str("t"), u32(0), str("\xff"), u32(0))},
+		{"CommitOffset empty group", func() wireBody { return new(wire.CommitOffset) }, body(str(""), str("t"), u32(0), i64(0))},
+		{"CommitOffset group with ESC", func() wireBody { return new(wire.CommitOffset) }, body(str("\x1b[0m"), str("t"), u32(0), i64(0))},
+		{"FetchCommitted empty group", func() wireBody { return new(wire.FetchCommitted) }, body(str(""), str("t"), u32(0))},
+		{"FetchCommitted group with C1 control", func() wireBody { return new(wire.FetchCommitted) }, body(str("g\u0085"), str("t"), u32(0))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,6 +241,52 @@ func TestValidTopicName(t *testing.T) {
 		if err := wire.ValidTopicName(tt.name); (err == nil) != tt.ok {
 			t.Errorf("ValidTopicName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
 		}
+	}
+}
+
+// TestValidTextNames: user and group names are 1-255 bytes of UTF-8 without control
+// characters.
+func TestValidTextNames(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"orders-app", true},
+		{"ünïcode user@example.com", true},
+		{"a b", true},
+		{strings.Repeat("x", 255), true},
+		{strings.Repeat("é", 127), true}, // 254 bytes
+		{"", false},
+		{strings.Repeat("x", 256), false},
+		{"a\x00b", false},
+		{"tab\t", false},
+		{"line\n", false},
+		{"del\x7f", false},
+		{"c1\u0085", false},
+		{"\xff", false},
+		{"half \xc3", false},
+	}
+	for _, tt := range tests {
+		if err := wire.ValidUserName(tt.name); (err == nil) != tt.ok {
+			t.Errorf("ValidUserName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err := wire.ValidGroupName(tt.name); (err == nil) != tt.ok {
+			t.Errorf("ValidGroupName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+	// The empty queue group of a fan-out SUBSCRIBE is not a name and decodes.
+	m := wire.Subscribe{Topic: "t", Partition: -1}
+	if err := new(wire.Subscribe).Decode(m.AppendTo(nil)); err != nil {
+		t.Errorf("fan-out SUBSCRIBE: %v", err)
+	}
+}
+
+func TestNoBody(t *testing.T) {
+	if err := wire.NoBody(nil); err != nil {
+		t.Errorf("NoBody(nil) = %v", err)
+	}
+	if err := wire.NoBody([]byte{0}); !errors.Is(err, wire.ErrMalformed) {
+		t.Errorf("NoBody of one byte = %v, want ErrMalformed", err)
 	}
 }
 

@@ -253,6 +253,10 @@ func wireFrame(op wire.Op, flags uint16, corr uint32, body wireBody) []byte {
 
 const exampleTS = 1700000000000 // 2023-11-14T22:13:20Z
 
+// notProtocolPeek is the start of the HTTP request of the NOT_PROTOCOL example: the broker
+// has seen at least the 6 bytes that hold the magic when it answers.
+const notProtocolPeek = "GET / HTTP/1.1\r\n"
+
 // protocolExamples are the examples of PROTOCOL.md, in document order.
 func protocolExamples() []protocolExample {
 	const resp = wire.FlagResponse
@@ -300,7 +304,14 @@ func protocolExamples() []protocolExample {
 			a.str("wrong user or password", "message")
 		})),
 		wireFrame(wire.OpError, 0, 2, &wire.ErrorBody{Code: wire.CodeAuthFailed, Message: "wrong user or password"}))
-	notProto := wire.DescribePeer([]byte("GET / HTTP/1.1\r\n"))
+	// The broker answers a stream it cannot frame with the error of wire.FrameSize as its
+	// text (broker/conn.go badStream), so that error is the example's message;
+	// broker.TestNotProtocolAnswerIsTheExample checks the broker's bytes against it.
+	_, notProtoErr := wire.FrameSize([]byte(notProtocolPeek), lim.MaxFrame)
+	if wire.CodeOf(notProtoErr) != wire.CodeNotProtocol {
+		panic(fmt.Sprintf("FrameSize(%q) = %v, want a NOT_PROTOCOL error", notProtocolPeek, notProtoErr))
+	}
+	notProto := notProtoErr.Error()
 	add("error-not-protocol",
 		frame(wire.OpError, 0, 0, body(func(a *annotated) {
 			a.u16(25, "code 25 NOT_PROTOCOL")

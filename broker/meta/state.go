@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/wire"
@@ -69,8 +67,8 @@ func (s *State) normalize() {
 	}
 }
 
-// Validate reports the first broken rule (in name order), wrapping ErrInvalid: user names are
-// 1-255 bytes of printable UTF-8; hashes are well-formed auth PHC strings; topic names pass
+// Validate reports the first broken rule (in name order), wrapping ErrInvalid: user names pass
+// wire.ValidUserName; hashes are well-formed auth PHC strings; topic names pass
 // wire.ValidTopicName; kinds are transient or durable; partitions are 1..wire.MaxPartitions;
 // each topic's user exists; options respect the wire limits and have unique keys; map keys
 // equal the names.
@@ -90,28 +88,11 @@ func (s State) Validate() error {
 	return nil
 }
 
-// ValidUserName reports why name cannot name a user, or nil: names are 1-255 bytes of UTF-8
-// without control characters.
-func ValidUserName(name string) error {
-	if len(name) == 0 || len(name) > wire.MaxUser {
-		return fmt.Errorf("user name must be 1-%d bytes, got %d", wire.MaxUser, len(name))
-	}
-	if !utf8.ValidString(name) {
-		return fmt.Errorf("user name is not valid UTF-8")
-	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("user name contains control character %U", r)
-		}
-	}
-	return nil
-}
-
 func validateUser(key string, u User) error {
 	if u.Name != key {
 		return fmt.Errorf("stored under key %q but named %q", key, u.Name)
 	}
-	if err := ValidUserName(u.Name); err != nil {
+	if err := wire.ValidUserName(u.Name); err != nil {
 		return err
 	}
 	if err := auth.CheckEncoding(u.Hash); err != nil {
