@@ -2,10 +2,16 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/lightq/lightq/wire"
 )
 
 // Tests of what PROTOCOL.md says the broker does where no bad-input table row fits: the
@@ -29,5 +35,106 @@ func TestNotProtocolAnswerIsTheExample(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the broker answered\n%q\nPROTOCOL.md's example is\n%q", got, want)
+	}
+}
+
+// statsRow is a row of the STATS counter table in PROTOCOL.md.
+var statsRow = regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| ")
+
+// TestStatsCountersAreDocumented: the counters STATS reports are the ones PROTOCOL.md's STATS
+// section describes, in the same order.
+func TestStatsCountersAreDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := bytes.Index(doc, []byte("### STATS (0x13)"))
+	end := bytes.Index(doc, []byte("### PRODUCE (0x20)"))
+	if start < 0 || end < start {
+		t.Fatal("PROTOCOL.md has no STATS section before the PRODUCE section")
+	}
+	var documented []string
+	for _, m := range statsRow.FindAllSubmatch(doc[start:end], -1) {
+		documented = append(documented, string(m[1]))
+	}
+	var reported []string
+	for _, c := range (&topic{}).counters() {
+		reported = append(reported, c.Name)
+	}
+	if !slices.Equal(documented, reported) {
+		t.Fatalf("PROTOCOL.md describes the counters %v; STATS reports %v", documented, reported)
+	}
+}
+
+// TestTopicChangeOutlivesItsConnection: a CREATE_TOPIC, then a DELETE_TOPIC, whose connection
+// closes right after sending it is carried out all the same, as PROTOCOL.md says; the answer
+// is lost with the connection.
+func TestTopicChangeOutlivesItsConnection(t *testing.T) {
+	srv := startBroker(t, nil)
+	exists := func() bool { _, ok := (*srv.topics.Load())["held"]; return ok }
+
+	c := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	ct := wire.CreateTopic{Name: "held", Kind: wire.KindTransient, Partitions: 1, User: "held-user", Password: "held-pw"}
+	c.send(wire.OpCreateTopic, ct.AppendTo(nil))
+	c.conn.Close()
+	waitUntil(t, "created after its connection closed", exists)
+	// The topic is whole: its user logs in and produces to it.
+	u := login(t, srv.Addr(), "held-user", "held-pw")
+	if resp := u.produce("held", 0, testBatch(t, "x")); resp.BaseOffset != 0 {
+		t.Fatalf("first batch of the topic at offset %d", resp.BaseOffset)
+	}
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.expectError(admin.send(wire.OpCreateTopic, ct.AppendTo(nil)), wire.CodeTopicExists)
+
+	c = login(t, srv.Addr(), testAdminUser, testAdminPass)
+	dt := wire.TopicName{Name: "held"}
+	c.send(wire.OpDeleteTopic, dt.AppendTo(nil))
+	c.conn.Close()
+	waitUntil(t, "deleted after its connection closed", func() bool { return !exists() })
+	admin.expectError(admin.send(wire.OpDeleteTopic, dt.AppendTo(nil)), wire.CodeUnknownTopic)
+}
+
+// TestDeleteTopicEndsWaitingFetch: a FETCH waiting for data on a topic that is deleted is
+// answered UNKNOWN_TOPIC with its corr id, and the connection goes on. (Subscriptions:
+// TestDeleteTopicEndsSubscriptions.)
+func TestDeleteTopicEndsWaitingFetch(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurable("gone-d", 1)
+	consumer := login(t, srv.Addr(), "d-user", "d-pw")
+	fetch := consumer.sendFetch("gone-d", 0, 0, 60_000) // the partition is empty: it waits
+	// Requests are handled in order: once the PING is answered, the FETCH is waiting.
+	consumer.ping()
+	m := wire.TopicName{Name: "gone-d"}
+	admin.expectResponse(wire.OpDeleteTopic, admin.send(wire.OpDeleteTopic, m.AppendTo(nil)))
+	// Well before the FETCH's own deadline (expectError waits 10 s at most).
+	eb := consumer.expectError(fetch, wire.CodeUnknownTopic)
+	if !strings.Contains(eb.Message, "deleted") {
+		t.Errorf("the waiting FETCH's error says %q", eb.Message)
+	}
+	consumer.ping()
+}
+
+// TestTransientOffsetsStartAgainAfterRestart: transient offsets are not stored, so after a
+// restart a partition's first batch gets offset 0 again (PROTOCOL.md section 9): a partition
+// and an offset identify a message only within one run of the broker.
+func TestTransientOffsetsStartAgainAfterRestart(t *testing.T) {
+	cfg := testConfig(t)
+	srv1 := startWith(t, cfg)
+	admin := login(t, srv1.Addr(), testAdminUser, testAdminPass)
+	admin.createTopic("again", 1, "again-user", "again-pw")
+	admin.produce("again", 0, testBatch(t, "a", "b"))
+	if resp := admin.produce("again", 0, testBatch(t, "c")); resp.BaseOffset != 2 {
+		t.Fatalf("second batch at offset %d, want 2", resp.BaseOffset)
+	}
+	if err := srv1.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := testConfig(t)
+	cfg2.DataDir = cfg.DataDir
+	srv2 := startWith(t, cfg2)
+	admin = login(t, srv2.Addr(), testAdminUser, testAdminPass)
+	if resp := admin.produce("again", 0, testBatch(t, "d")); resp.BaseOffset != 0 {
+		t.Fatalf("first batch after the restart at offset %d, want 0", resp.BaseOffset)
 	}
 }

@@ -23,14 +23,16 @@ func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeNotAuthorized, "CREATE_TOPIC needs admin credentials")
 		return
 	}
-	s := c.srv
+	s, log := c.srv, c.log
 	c.runBackground(corr, wire.OpCreateTopic, func() (func(*conn), time.Duration) {
+		// Once started, the change is made even if the connection closes meanwhile (its
+		// answer is then lost; PROTOCOL.md says so), so it is logged here, not in the answer.
 		err := s.createTopic(&m)
+		if err == nil {
+			log.Info().Str("topic", m.Name).Str("kind", m.Kind.String()).Uint32("partitions", m.Partitions).Msg("topic created")
+		}
 		return func(c *conn) {
-			c.reply(corr, err, func() {
-				c.log.Info().Str("topic", m.Name).Str("kind", m.Kind.String()).Uint32("partitions", m.Partitions).Msg("topic created")
-				c.respondEmpty(wire.OpCreateTopic, corr)
-			})
+			c.reply(corr, err, func() { c.respondEmpty(wire.OpCreateTopic, corr) })
 		}, 0
 	})
 }
@@ -196,14 +198,14 @@ func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeNotAuthorized, "DELETE_TOPIC needs admin credentials")
 		return
 	}
-	s := c.srv
+	s, log := c.srv, c.log
 	c.runBackground(corr, wire.OpDeleteTopic, func() (func(*conn), time.Duration) {
-		err := s.deleteTopic(m.Name)
+		err := s.deleteTopic(m.Name) // made even if the connection closes meanwhile
+		if err == nil {
+			log.Info().Str("topic", m.Name).Msg("topic deleted")
+		}
 		return func(c *conn) {
-			c.reply(corr, err, func() {
-				c.log.Info().Str("topic", m.Name).Msg("topic deleted")
-				c.respondEmpty(wire.OpDeleteTopic, corr)
-			})
+			c.reply(corr, err, func() { c.respondEmpty(wire.OpDeleteTopic, corr) })
 		}, 0
 	})
 }

@@ -343,11 +343,11 @@ func protocolExamples() []protocolExample {
 	add("produce-request",
 		frame(wire.OpProduce, 0, 5, body(func(a *annotated) {
 			a.str("orders", "topic name")
-			a.i32(-1, "partition -1 (broker picks, round robin)")
+			a.i32(1, "partition 1 = PartitionForKey(\"k1\", 2)")
 			a.u8(1, "acks 1 (written)")
 			a.concat(annotatedBatch(0, recs))
 		})),
-		wireFrame(wire.OpProduce, 0, 5, &wire.Produce{Topic: []byte("orders"), Partition: wire.PartitionAny, Acks: wire.AcksWritten, Batch: wireBatch(0, recs)}))
+		wireFrame(wire.OpProduce, 0, 5, &wire.Produce{Topic: []byte("orders"), Partition: int32(wire.PartitionForKey([]byte("k1"), 2)), Acks: wire.AcksWritten, Batch: wireBatch(0, recs)}))
 	add("produce-response",
 		frame(wire.OpProduce, resp, 5, body(func(a *annotated) {
 			a.u32(1, "partition 1")
