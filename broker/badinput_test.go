@@ -710,21 +710,26 @@ func TestBadInputLoginThrottle(t *testing.T) {
 // ("bound what a client may send meanwhile"). A pre-auth client that floods during that time
 // must be cut off, not buffered: the pre-auth frame limit would otherwise be moot.
 func TestBadInputFloodWhileAuthPending(t *testing.T) {
-	srv, p := newBadInputBroker(t)
+	// The failed AUTH's answer is held for a minute, so the whole flood arrives while the
+	// connection is paused however slowly this machine runs the test.
+	srv := startBroker(t, func(cfg *Config) { cfg.LoginThrottle.BaseDelay, cfg.LoginThrottle.MaxDelay = time.Minute, time.Minute })
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createTopic("two", 2, "two-user", "two-pw")
+	p := &probe{c: admin, topic: "two"}
 	c := openIn(t, srv.Addr(), stHello)
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	wrong := wire.Auth{User: testAdminUser, Password: "wrong"}
-	c.sendRaw(wire.OpAuth, 9, wrong.AppendTo(nil)) // answered after a 200 ms penalty
+	c.sendRaw(wire.OpAuth, 9, wrong.AppendTo(nil)) // answered after the penalty
 	var chunk []byte
 	for len(chunk) < 1<<20 {
 		chunk = wire.AppendFrame(chunk, wire.OpPing, 0, 10, nil)
 	}
 	var peak uint64
 	written, start := 0, time.Now()
-	for written < 64<<20 && time.Since(start) < 150*time.Millisecond {
-		_ = c.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	for written < 64<<20 && time.Since(start) < 10*time.Second {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		n, err := c.conn.Write(chunk)
 		written += n
 		var ms runtime.MemStats

@@ -61,6 +61,10 @@ type Config struct {
 	IOPool   PoolSize // FETCH of data that may not be in the page cache: reads and prefetch
 	MetaPool PoolSize // COMMIT_OFFSET (an fsync each) and LIST_OFFSETS by timestamp
 
+	// LoginThrottle limits failed logins (see auth.ThrottleConfig); zero fields take
+	// auth.DefaultThrottleConfig's values.
+	LoginThrottle auth.ThrottleConfig
+
 	Logger zerolog.Logger
 }
 

@@ -86,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 		log:       cfg.Logger,
 		meta:      store,
 		verifier:  auth.NewVerifier(4096, 10*time.Minute),
-		throttle:  auth.NewThrottle(auth.DefaultThrottleConfig()),
+		throttle:  auth.NewThrottle(cfg.LoginThrottle),
 		booted:    make(chan gnet.Engine, 1),
 		done:      make(chan struct{}),
 		conns:     map[*conn]struct{}{},
