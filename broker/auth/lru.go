@@ -6,7 +6,7 @@ import "container/list"
 // dropped, unless pinned says it is in use (an entry a login attempt in flight points to),
 // in which case the next one is tried. The caller bounds the pinned entries (Throttle: by
 // MaxPending), so eviction always ends; while more than max entries are pinned the table
-// holds them all. Values live in list elements, so a *V stays valid until its entry is
+// holds them all, and it shrinks back to max at the next addition. Values live in list elements, so a *V stays valid until its entry is
 // dropped.
 //
 // A boundedTable is not safe for concurrent use: Throttle guards its tables with its mutex.
@@ -50,17 +50,19 @@ func (t *boundedTable[K, V]) getOrAdd(k K, init func() V) *V {
 		return v
 	}
 	e := &tableEntry[K, V]{key: k, val: init()}
-	t.byKey[k] = t.lru.PushFront(e)
-	t.evict()
+	added := t.lru.PushFront(e)
+	t.byKey[k] = added
+	t.evict(added)
 	return &e.val
 }
 
-// evict drops least recently used, unpinned entries until at most max remain.
-func (t *boundedTable[K, V]) evict() {
+// evict drops least recently used, unpinned entries other than keep until at most max
+// remain.
+func (t *boundedTable[K, V]) evict(keep *list.Element) {
 	for skipped := 0; t.lru.Len() > t.max && skipped < t.lru.Len(); {
 		back := t.lru.Back()
 		e := back.Value.(*tableEntry[K, V])
-		if t.pinned != nil && t.pinned(&e.val) {
+		if back == keep || (t.pinned != nil && t.pinned(&e.val)) {
 			t.lru.MoveToFront(back)
 			skipped++
 			continue

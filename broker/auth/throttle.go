@@ -159,9 +159,10 @@ const (
 // Finish records the outcome, releases the attempt and says how long to delay a failure.
 //
 // Memory is bounded by the Max* table sizes: beyond them the least recently used idle entry
-// is forgotten (never one an attempt in flight points to), so an attacker with more distinct
-// addresses than MaxPairs can flush blocks; the user budget and the in-flight bounds still
-// limit its guessing rate.
+// is forgotten (never one an attempt in flight points to), so an attacker who makes attempts
+// from more distinct addresses than MaxPairs can flush blocks, and one who tries more user
+// names than MaxUsers can flush a user's budget; the address ceiling and the in-flight
+// bounds still limit its guessing rate.
 //
 // A Throttle is safe for concurrent use; no method blocks. An Attempt is handed from one
 // goroutine to the next (loop, worker), never used by two at once.
@@ -422,7 +423,8 @@ func (t *Throttle) Finish(at *Attempt, outcome Outcome, now time.Time) (time.Dur
 	}
 	switch {
 	case outcome == Succeeded:
-		at.pair.failures, at.pair.consecutive = 0, 0
+		// A block set meanwhile by attempts evaluated alongside this one ends too.
+		at.pair.failures, at.pair.consecutive, at.pair.blockedUntil = 0, 0, time.Time{}
 		*t.trusted.getOrAdd(at.key, func() time.Time { return now }) = now.Add(t.cfg.TrustFor)
 		return 0, Admitted
 	case outcome == Failed:

@@ -426,3 +426,28 @@ func TestThrottleConcurrent(t *testing.T) {
 		t.Fatalf("sizes %+v", s)
 	}
 }
+
+// A table whose every entry is pinned grows past its size rather than drop the entry just
+// added (which an attempt is about to point to), and shrinks back at the next addition once
+// they are idle.
+func TestThrottleTableFullOfPinned(t *testing.T) {
+	th := NewThrottle(ThrottleConfig{MaxPairs: 1, MaxAddrs: 1, MaxUsers: 1, MaxFailures: 1})
+	first := mustAdmit(t, th, "10.0.0.1", "a")
+	second := mustAdmit(t, th, "10.0.0.2", "b")
+	if s := th.Sizes(); s.Pairs != 2 || s.Addrs != 2 || s.Users != 2 {
+		t.Fatalf("sizes %+v with two attempts in flight, want 2 of each", s)
+	}
+	for _, at := range []*Attempt{first, second} {
+		if r := th.Evaluate(at, time.Now()); r != Admitted {
+			t.Fatalf("Evaluate: %q", r.Message())
+		}
+		th.Finish(at, Failed, time.Now())
+	}
+	if admitted(th, "10.0.0.2", "b") != RefusedPairBlocked {
+		t.Fatal("the second attempt's failure was lost")
+	}
+	admitted(th, "10.0.0.3", "c")
+	if s := th.Sizes(); s.Pairs != 1 || s.Addrs != 1 || s.Users != 1 {
+		t.Fatalf("sizes %+v after the next addition, want 1 of each", s)
+	}
+}
