@@ -281,3 +281,56 @@ func TestLoginGuessesFromManyAddresses(t *testing.T) {
 		t.Errorf("%d attempts still counted in flight", s.Pending)
 	}
 }
+
+// A login storm of one service with the right password (all its connections after a broker
+// restart, say) is not mistaken for guessing: MaxPendingPerPair connections get in at once
+// while the first check runs (one argon2 run, shared), and once it has succeeded any number
+// are cache hits, answered on the event loop without an argon2 run or an in-flight slot.
+func TestLoginStormOfRightPasswords(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createTopic("storm-service", 1, "service", "service-pw")
+	before := srv.verifier.Stats()
+
+	storm := func(n int) {
+		t.Helper()
+		probes := make([]*loginProbe, n)
+		for i := range probes {
+			p, err := dialLogin(srv.Addr(), "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.conn.Close() })
+			probes[i] = p
+		}
+		start := make(chan struct{})
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i, p := range probes {
+			wg.Go(func() {
+				<-start
+				if code, err := p.auth("service", "service-pw"); err != nil || code != 0 {
+					errs <- fmt.Errorf("login %d: code %v, err %v", i, code, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}
+	storm(srv.throttle.Config().MaxPendingPerPair) // cold: nothing cached yet
+	if runs := srv.verifier.Stats().Verifications - before.Verifications; runs != 1 {
+		t.Errorf("cold storm: %d argon2 runs, want 1 (the others wait for it or hit the cache)", runs)
+	}
+	warm := srv.verifier.Stats()
+	storm(300) // warm: cache hits
+	if after := srv.verifier.Stats(); after.Verifications != warm.Verifications || after.Hits < warm.Hits+300 {
+		t.Errorf("warm storm of 300: %d argon2 runs, %d hits", after.Verifications-warm.Verifications, after.Hits-warm.Hits)
+	}
+	if s := srv.throttle.Sizes(); s.Pending != 0 {
+		t.Errorf("%d attempts still counted in flight", s.Pending)
+	}
+}

@@ -43,7 +43,9 @@ type ThrottleConfig struct {
 //   - an address is blocked for 1 minute after 50 failures (any users) within 1 minute;
 //   - a user's budget holds 20 failures and regains one every 6 s (10 a minute, whatever the
 //     number of addresses); pairs that logged in within 24 h are exempt from it;
-//   - at most 64 attempts are in flight, 16 from one address, 4 from one pair;
+//   - at most 128 attempts are in flight, 32 from one address, 8 from one pair (a cold
+//     login storm of one service from one host gets 8 in at once, the rest retry; once one
+//     has succeeded the others are cache hits, answered on the event loop without a slot);
 //   - 65536 pairs, 65536 addresses, 16384 users and 16384 trusted pairs are tracked at most
 //     (about 60 MB in the worst case of 255-byte user names, a few MB in practice).
 func DefaultThrottleConfig() ThrottleConfig {
@@ -57,9 +59,9 @@ func DefaultThrottleConfig() ThrottleConfig {
 		UserBurst:         20,
 		UserRefill:        6 * time.Second,
 		TrustFor:          24 * time.Hour,
-		MaxPending:        64,
-		MaxPendingPerAddr: 16,
-		MaxPendingPerPair: 4,
+		MaxPending:        128,
+		MaxPendingPerAddr: 32,
+		MaxPendingPerPair: 8,
 		MaxPairs:          65536,
 		MaxAddrs:          65536,
 		MaxUsers:          16384,
