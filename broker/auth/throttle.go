@@ -341,11 +341,15 @@ func (t *Throttle) Admit(addr, user string, now time.Time) (*Attempt, Refusal) {
 // Evaluate is called immediately before at's password is checked (on the worker that would
 // hash it) and decides whether it may be: against the failures recorded by then and the
 // attempts being verified at that moment, each counted as if it will fail. An admitted
-// attempt has reserved its share of the budgets until Finish. Call it at most once per
-// attempt; a refused attempt is then finished with Unverified. Safe for concurrent use.
+// attempt has reserved its share of the budgets until Finish. Call it once per attempt
+// (later calls change nothing); a refused attempt is then finished with Unverified. Safe
+// for concurrent use.
 func (t *Throttle) Evaluate(at *Attempt, now time.Time) Refusal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if at.reserved || at.finished { // misuse: never reserve twice, or after Finish
+		return Admitted
+	}
 	if exp := t.trusted.peek(at.key); exp != nil {
 		if now.Before(*exp) {
 			at.trusted = true
