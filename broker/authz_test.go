@@ -43,9 +43,10 @@ func (e *authzEnv) connect(t *testing.T, who string) *rawClient {
 		c.hello()
 		m := wire.Auth{User: ownerUser, Password: ownerPass + "-not"}
 		c.expectError(c.send(wire.OpAuth, m.AppendTo(nil)), wire.CodeAuthFailed)
-		// A good login from the same address resets the failed-login throttle, so the
-		// matrix's wrong-password cells never add up to a block.
-		login(t, e.srv.Addr(), otherUser, otherPass).conn.Close()
+		// A good login of the same user from the same address resets that pair's failed
+		// logins, so the matrix's wrong-password cells never add up to a block. (Another
+		// user's login would not: failures are counted per address and user.)
+		login(t, e.srv.Addr(), ownerUser, ownerPass).conn.Close()
 		return c
 	case pNone:
 		c := dialRaw(t, e.srv.Addr())

@@ -450,8 +450,9 @@ func (c *conn) release() { c.paused = false }
 // runBackground runs job, the work of request op, on the auth pool, then, after the delay it
 // returns, the function it returns on the connection's loop. The connection reads no further
 // frames meanwhile, so requests keep their order. The delay (a failed login's penalty) holds
-// no worker. When the pool's queue is full, op is refused with RESOURCE_LIMIT.
-func (c *conn) runBackground(corr uint32, op wire.Op, job func() (func(*conn), time.Duration)) {
+// no worker. When the pool's queue is full, op is refused with RESOURCE_LIMIT and
+// runBackground reports false (job never runs).
+func (c *conn) runBackground(corr uint32, op wire.Op, job func() (func(*conn), time.Duration)) bool {
 	c.hold()
 	ok := c.srv.authPool.Submit(func() {
 		done, delay := job()
@@ -471,6 +472,7 @@ func (c *conn) runBackground(corr uint32, op wire.Op, job func() (func(*conn), t
 		c.release()
 		c.sendError(corr, wire.CodeResourceLimit, op.String()+" refused: the broker is busy with logins and topic changes; retry")
 	}
+	return ok
 }
 
 func (c *conn) setStalled(v bool) {

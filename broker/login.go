@@ -74,6 +74,13 @@ func writeSecretFile(path string, data []byte) error {
 	return f.Close()
 }
 
+// handleAuth answers AUTH. The throttle (package auth; its doc gives the policy) is asked
+// three times: Admit here on the loop refuses at once what is blocked or over the in-flight
+// bounds; Evaluate takes the decision again on the worker, just before the password is
+// hashed, so attempts queued behind failures that block them are refused unhashed; Finish
+// records the outcome and gives a failure's delay. A success the verifier has cached is
+// answered here on the loop (after the same Evaluate), so a storm of logins with credentials
+// that already worked costs neither a worker nor an in-flight slot for long.
 func (c *conn) handleAuth(corr uint32, body []byte) {
 	if !c.helloDone {
 		c.sendError(corr, wire.CodeHandshakeRequired, "send HELLO before AUTH")
@@ -84,8 +91,9 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 		return
 	}
 	s := c.srv
-	if s.throttle.Blocked(c.remote, time.Now()) {
-		c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
+	attempt, refusal := s.throttle.Admit(c.remote, m.User, time.Now())
+	if refusal != auth.Admitted {
+		c.refuseLogin(corr, m.User, refusal)
 		return
 	}
 	user, known := (*s.users.Load())[m.User]
@@ -93,36 +101,68 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 	if !known {
 		hash = s.dummyHash // an unknown user costs as much as a wrong password
 	}
-	c.runBackground(corr, wire.OpAuth, func() (func(*conn), time.Duration) {
-		ok := s.verifier.Check(m.User, hash, m.Password) && known
-		var delay time.Duration
-		if !ok {
-			delay = s.throttle.Failure(c.remote, time.Now())
-		} else {
-			s.throttle.Success(c.remote)
+	if known && s.verifier.CheckCached(m.User, hash, m.Password) {
+		if refusal := s.throttle.Evaluate(attempt, time.Now()); refusal != auth.Admitted {
+			s.throttle.Finish(attempt, auth.Unverified, time.Now())
+			c.refuseLogin(corr, m.User, refusal)
+			return
 		}
+		s.throttle.Finish(attempt, auth.Succeeded, time.Now())
+		c.loggedIn(corr, m.User, user)
+		return
+	}
+	submitted := c.runBackground(corr, wire.OpAuth, func() (func(*conn), time.Duration) {
+		if refusal := s.throttle.Evaluate(attempt, time.Now()); refusal != auth.Admitted {
+			s.throttle.Finish(attempt, auth.Unverified, time.Now())
+			return func(c *conn) { c.refuseLogin(corr, m.User, refusal) }, 0
+		}
+		if s.verifier.Check(m.User, hash, m.Password) && known {
+			s.throttle.Finish(attempt, auth.Succeeded, time.Now())
+			return func(c *conn) { c.loggedIn(corr, m.User, user) }, 0
+		}
+		delay, blocked := s.throttle.Finish(attempt, auth.Failed, time.Now())
 		return func(c *conn) {
-			if !ok {
-				c.log.Info().Str("user", m.User).Dur("delay", delay).Msg("failed login")
-				c.setPrincipal(nil)
-				if s.throttle.Blocked(c.remote, time.Now()) {
-					c.sendError(corr, wire.CodeTooManyAttempts, "too many failed logins from this address; try later")
-					return
-				}
-				c.sendError(corr, wire.CodeAuthFailed, "wrong user or password")
+			c.log.Info().Str("user", m.User).Dur("delay", delay).Msg("failed login")
+			c.setPrincipal(nil)
+			if blocked != auth.Admitted {
+				c.log.Warn().Str("user", m.User).Str("refusal", blocked.Message()).Msg("failed login: blocking further attempts")
+				c.refuseLogin(corr, m.User, blocked)
 				return
 			}
-			c.setPrincipal(&principal{user: m.User, admin: user.Admin})
-			role := wire.RoleUser
-			if user.Admin {
-				role = wire.RoleAdmin
-			}
-			c.log = c.log.With().Str("user", m.User).Logger()
-			c.log.Debug().Msg("authenticated")
-			resp := wire.AuthResponse{Role: role}
-			c.respond(wire.OpAuth, corr, resp.AppendTo)
+			c.sendError(corr, wire.CodeAuthFailed, "wrong user or password")
 		}, delay
 	})
+	if !submitted {
+		s.throttle.Finish(attempt, auth.Unverified, time.Now())
+	}
+}
+
+// refuseLogin answers an AUTH the throttle refused: RESOURCE_LIMIT (the connection stays
+// open; retry shortly) when too many logins are in flight, TOO_MANY_ATTEMPTS (closes) when
+// failures are being penalised. A refused AUTH was not processed: it leaves the principal
+// as it was (TOO_MANY_ATTEMPTS closes the connection anyway). Refusals are logged at debug
+// level only, so that a flood of them cannot flood the log; the failure that sets a block
+// is logged as a warning. Runs on the connection's loop.
+func (c *conn) refuseLogin(corr uint32, user string, r auth.Refusal) {
+	c.log.Debug().Str("user", user).Str("refusal", r.Message()).Msg("login refused by the throttle")
+	if r.Busy() {
+		c.sendError(corr, wire.CodeResourceLimit, "AUTH refused: "+r.Message())
+		return
+	}
+	c.sendError(corr, wire.CodeTooManyAttempts, r.Message())
+}
+
+// loggedIn makes user the connection's principal and answers AUTH. Runs on the loop.
+func (c *conn) loggedIn(corr uint32, name string, user meta.User) {
+	c.setPrincipal(&principal{user: name, admin: user.Admin})
+	role := wire.RoleUser
+	if user.Admin {
+		role = wire.RoleAdmin
+	}
+	c.log = c.log.With().Str("user", name).Logger()
+	c.log.Debug().Msg("authenticated")
+	resp := wire.AuthResponse{Role: role}
+	c.respond(wire.OpAuth, corr, resp.AppendTo)
 }
 
 // setPrincipal makes p (nil: nobody) the connection's identity. Losing the identity (a failed

@@ -15,19 +15,31 @@ func Example() {
 	pool := workpool.New(4, 256)
 	defer pool.Close()
 
-	result := make(chan bool, 1)
 	ip := "192.0.2.10"
-	if throttle.Blocked(ip, time.Now()) {
-		return
+	attempt, refusal := throttle.Admit(ip, "alice", time.Now()) // on the event loop
+	if refusal != auth.Admitted {
+		return // answer RESOURCE_LIMIT if refusal.Busy(), else TOO_MANY_ATTEMPTS
 	}
-	if !pool.Submit(func() { result <- verifier.Check("alice", hash, "s3cret") }) {
+	result := make(chan string, 1)
+	ok := pool.Submit(func() {
+		// On the worker, immediately before hashing: decide again.
+		if refusal := throttle.Evaluate(attempt, time.Now()); refusal != auth.Admitted {
+			throttle.Finish(attempt, auth.Unverified, time.Now())
+			result <- refusal.Message()
+			return
+		}
+		if verifier.Check("alice", hash, "s3cret") {
+			throttle.Finish(attempt, auth.Succeeded, time.Now())
+			result <- "authenticated"
+			return
+		}
+		delay, _ := throttle.Finish(attempt, auth.Failed, time.Now())
+		result <- fmt.Sprint("answer AUTH_FAILED after ", delay)
+	})
+	if !ok {
+		throttle.Finish(attempt, auth.Unverified, time.Now())
 		return // answer RESOURCE_LIMIT
 	}
-	if <-result {
-		throttle.Success(ip)
-		fmt.Println("authenticated")
-	} else {
-		fmt.Println("retry after", throttle.Failure(ip, time.Now()))
-	}
+	fmt.Println(<-result)
 	// Output: authenticated
 }

@@ -130,6 +130,24 @@ func (v *Verifier) Check(user, encoded, password string) bool {
 	return ok
 }
 
+// CheckCached reports whether password matches encoded, the stored hash of user, by a
+// cached success alone: it never runs argon2 and never waits for a run, so it is cheap
+// enough for an event loop (one HMAC). false means "not known to match", not "wrong". Safe
+// for concurrent use.
+func (v *Verifier) CheckCached(user, encoded, password string) bool {
+	k := v.cacheKey(user, encoded, password)
+	now := time.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	el, ok := v.entries[k]
+	if !ok || !now.Before(el.Value.(*cacheEntry).expires) {
+		return false
+	}
+	v.lru.MoveToFront(el)
+	v.stats.Hits++
+	return true
+}
+
 // insert adds an entry, evicting the least recently used beyond size. v.mu must be held.
 func (v *Verifier) insert(k [32]byte, user string, expires time.Time) {
 	if el, ok := v.entries[k]; ok {

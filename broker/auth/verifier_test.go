@@ -170,3 +170,25 @@ func TestVerifierConcurrentMixed(t *testing.T) {
 		t.Fatalf("entries %d above size", n)
 	}
 }
+
+// CheckCached answers from the cache only: it never runs argon2, and a miss is not a failure.
+func TestVerifierCheckCached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := mustHash(t, "pw", TestParams())
+		v := NewVerifier(16, time.Minute)
+		if v.CheckCached("alice", h, "pw") {
+			t.Fatal("hit before any verification")
+		}
+		v.Check("alice", h, "pw")
+		if !v.CheckCached("alice", h, "pw") || v.CheckCached("alice", h, "wrong") || v.CheckCached("bob", h, "pw") {
+			t.Fatal("CheckCached answered wrongly")
+		}
+		if s := v.Stats(); s.Verifications != 1 || s.Hits != 1 || s.Failures != 0 {
+			t.Fatalf("stats %+v, want 1 verification, 1 hit, no failures", s)
+		}
+		time.Sleep(time.Minute)
+		if v.CheckCached("alice", h, "pw") {
+			t.Fatal("hit after the TTL")
+		}
+	})
+}
