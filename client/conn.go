@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -188,8 +189,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 	c.broker = hr.BrokerVersion
 	c.maxFrame.Store(int64(hr.Limits.MaxFrame))
 
-	auth := wire.Auth{User: c.opts.User, Password: c.opts.Password}
-	body, err = c.roundTrip(ctx, wire.OpAuth, auth.AppendTo(nil))
+	body, err = c.authenticate(ctx)
 	if err != nil {
 		return handshakeErr("AUTH", err)
 	}
@@ -199,6 +199,29 @@ func (c *Conn) handshake(ctx context.Context) error {
 	}
 	c.role = ar.Role
 	return nil
+}
+
+// authenticate sends AUTH, again while the broker answers RESOURCE_LIMIT: it bounds the
+// logins it verifies at once (PROTOCOL.md 4.2), so a service that opens many connections at
+// start gets some of them refused until the first login has been verified, after which the
+// others are answered from the broker's cache. The connection stays open across such an
+// answer; the retries back off from 10 ms to 500 ms, with jitter, until ctx (DialTimeout) ends.
+func (c *Conn) authenticate(ctx context.Context) ([]byte, error) {
+	auth := wire.Auth{User: c.opts.User, Password: c.opts.Password}
+	req := auth.AppendTo(nil)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		body, err := c.roundTrip(ctx, wire.OpAuth, req)
+		if !errors.Is(err, &wire.Error{Code: wire.CodeResourceLimit}) {
+			return body, err
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 // handshakeErr returns broker refusals as they are and names the step otherwise.

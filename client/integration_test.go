@@ -280,6 +280,30 @@ func TestIntegrationBadPassword(t *testing.T) {
 	itDial(t, srv.Addr(), itAdminUser, itAdminPass)
 }
 
+// TestIntegrationColdLoginStorm: a service that opens many connections at once as a user
+// nobody has logged in as yet gets all of them: the broker verifies a few logins at a time
+// and answers the rest RESOURCE_LIMIT until one has been verified, and Dial retries those.
+func TestIntegrationColdLoginStorm(t *testing.T) {
+	t.Parallel()
+	addr, _ := itSetup(t, "storm", 1)
+	const conns = 40
+	errs := make(chan error, conns)
+	for range conns {
+		go func() {
+			c, err := client.Dial(itCtx(t), addr, client.Options{User: itUser, Password: itPass})
+			if err == nil {
+				c.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Errorf("Dial in a cold login storm of %d: %v", conns, err)
+		}
+	}
+}
+
 // TestIntegrationFanOut: two fan-out subscribers each get every message, in order per
 // partition, at the offsets the acks gave, with keys, values, headers and timestamps intact.
 func TestIntegrationFanOut(t *testing.T) {
