@@ -333,7 +333,7 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 		case wire.CodeAuthFailed:
 			return nil, withCode(ExitAuth, fmt.Errorf("authentication failed for user %q at %s: wrong user or password", user, c.broker))
 		case wire.CodeTooManyAttempts:
-			return nil, withCode(ExitAuth, fmt.Errorf("%s refuses logins from this address for a while: too many failed attempts", c.broker))
+			return nil, withCode(ExitAuth, fmt.Errorf("%s refuses this login for a while (too many failed attempts): %s", c.broker, we.Message))
 		}
 		return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %w", c.broker, err))
 	}
