@@ -60,6 +60,21 @@ type ConsumerOptions struct {
 	// (ErrOffsetReset). Calls are made one at a time from a consumer goroutine; OnError may
 	// call any Consumer method. When errors come faster than it returns, some are dropped.
 	OnError func(error)
+	// OnCorruptBatch decides what happens when Each reaches a batch the client cannot decode
+	// (a *CorruptBatchError: a CRC mismatch, a bad structure or a records section that does
+	// not decompress, found before any of the batch is delivered; or records that stop
+	// decoding part-way, found as Each walks them, after delivering the records before the
+	// damage). The error's offsets are those that cannot be delivered.
+	//
+	// nil, the default, stops the consumer there: Each returns the *CorruptBatchError, which
+	// names the topic, partition and offsets, and the position stays at its first offset.
+	// Otherwise OnCorruptBatch is called like the handler (on the goroutine running Each, in
+	// offset order), once per batch. Returning nil skips the offsets: the position moves past
+	// the batch's last offset, so Commit covers it like a delivered batch. Returning an error
+	// stops the consumer with that error. A batch whose extent is unknown
+	// (CorruptBatchError.Skippable is false) cannot be skipped: the consumer stops at it
+	// without calling OnCorruptBatch.
+	OnCorruptBatch func(*CorruptBatchError) error
 }
 
 // Consumer reads a durable topic by offset. Consume it with Each (no allocation per record)
@@ -123,7 +138,7 @@ type Consumer struct {
 	bi        int // next batch of cur
 	itActive  bool
 	it        wire.RecordIter
-	itBase    int64
+	itNext    int64 // offset of the record it decodes next
 	rec       wire.Record
 	recv      Received
 }
