@@ -367,6 +367,41 @@ func TestConsumerFaultyDiskSealed(t *testing.T) {
 	}
 }
 
+// TestConsumerFaultyDiskLength: a batch whose length field a faulty disk changed, in a sealed
+// segment. The broker reads its log by the length fields, so it cannot send that batch, nor
+// tell where the next one starts: it answers STORAGE_ERROR naming the partition for every
+// FETCH that has to walk through the batch. The consumer delivers what comes before, and
+// reports each retry to OnError: it waits for the partition to be repaired, loudly. There
+// is no batch to skip on the client's side.
+func TestConsumerFaultyDiskLength(t *testing.T) {
+	t.Parallel()
+	var pl poisonLog
+	pl.add(poisontest.Batch(1000, "a0", "a1"), false)
+	pl.add(poisontest.Batch(2000, "len0", "len1"), true)
+	pl.add(poisontest.Batch(3000, "b0"), false) // the active segment
+	c := poisonBroker(t, func(dir string) {
+		pl.appendTo(t, dir, log.Options{SegmentBytes: 1})
+		poisontest.Damage(t, dir, pl.bases[1], poisontest.BreakLength)
+	})
+	errs := make(chan error, 64)
+	var rec skipRecorder
+	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", OnCorruptBatch: rec.skip, OnError: func(err error) { errs <- err }})
+	offsets, _, err := eachUntil(t, k, 2)
+	if err != nil || !slices.Equal(offsets, []int64{0, 1}) {
+		t.Fatalf("got %v: %v", offsets, err)
+	}
+	for range 2 { // a retry, and the next
+		err := <-errs
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeStorageError || !strings.Contains(err.Error(), `topic "dur" partition 0`) || !strings.Contains(err.Error(), fmt.Sprintf("FETCH at offset %d", pl.bases[1])) {
+			t.Fatalf("OnError: %v, want STORAGE_ERROR for the FETCH at %d", err, pl.bases[1])
+		}
+	}
+	if k.Position(0) != pl.bases[1] || len(rec.got) != 0 {
+		t.Fatalf("position %d, skipped %v", k.Position(0), rec.got)
+	}
+}
+
 // TestConsumerFaultyDiskActive: a CRC mismatch in the active segment, below the checkpoint
 // and with a valid batch after it, is corruption the broker's recovery refuses to repair: the
 // partition serves nothing until repaired, and every request for it is answered

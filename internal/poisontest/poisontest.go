@@ -196,3 +196,7 @@ func FlipRecordsByte(b []byte) { b[wire.BatchHeaderSize+1] ^= 0xff }
 // BreakMagic is a Damage: the magic byte (position 16, PROTOCOL.md section 7) changed, so that
 // the header itself fails its checks; the length field still frames the batch.
 func BreakMagic(b []byte) { b[crcStart] = 0x7f }
+
+// BreakLength is a Damage: the batch length field (bytes 8-11, PROTOCOL.md section 7) changed
+// by 4, so that it no longer frames the batch. The broker reads its log by these fields.
+func BreakLength(b []byte) { b[11] ^= 0x04 }
