@@ -55,9 +55,11 @@ type ConsumerOptions struct {
 	// AutoCommit, with a Group, commits the consumed positions this often and at Close.
 	// Default 1s; a negative value disables both (call Commit yourself).
 	AutoCommit time.Duration
-	// OnError receives non-fatal errors: a transient FETCH failure before its retry, a lost
+	// OnError receives non-fatal errors: a transient FETCH failure before its retry (a
+	// STORAGE_ERROR, for one, which a damaged segment causes until it is repaired), a lost
 	// connection being redialled (DialConsumer), a failed automatic commit, an offset reset
-	// (ErrOffsetReset). Calls are made one at a time from a consumer goroutine; OnError may
+	// (ErrOffsetReset), bytes after the records a batch's header counts (which lose no
+	// offset). Calls are made one at a time from a consumer goroutine; OnError may
 	// call any Consumer method. When errors come faster than it returns, some are dropped.
 	OnError func(error)
 	// OnCorruptBatch decides what happens when Each reaches a batch the client cannot decode

@@ -124,11 +124,16 @@ func (k *Consumer) recordsFailed(p *partState, b *batchRef, cause error) error {
 // nil when the batch is skipped (the position moves past it), else the error that ends the
 // consumer.
 func (k *Consumer) corruptReached(p *partState, bad *CorruptBatchError) error {
+	if pos := p.pos.Load(); bad.Skippable() && bad.FirstOffset < pos {
+		if bad.LastOffset < pos {
+			return nil // behind the position already
+		}
+		started := *bad // the consumer started inside the batch: the rest is what it loses
+		started.FirstOffset = pos
+		bad = &started
+	}
 	if !bad.Skippable() || k.opts.OnCorruptBatch == nil {
 		return bad
-	}
-	if bad.LastOffset < p.pos.Load() {
-		return nil // behind the position already
 	}
 	if err := k.opts.OnCorruptBatch(bad); err != nil {
 		return err

@@ -20,8 +20,11 @@ import (
 type CorruptBatchError struct {
 	Topic     string
 	Partition int32
-	// FirstOffset is the batch's base offset, which the broker writes (and which its CRC
-	// does not cover), or -1 when not even that could be read.
+	// FirstOffset is the first offset the error covers: the batch's base offset, which the
+	// broker writes (and which its CRC does not cover), or -1 when not even that could be
+	// read. A Consumer or Subscription reports the offsets it could not deliver: from its
+	// position when it started inside the batch, from the first record that did not decode
+	// when the records before it were delivered.
 	FirstOffset int64
 	// LastOffset is the offset of the batch's last record, -1 when the batch's extent is
 	// unknown (see Skippable). It comes from the base offset of the batch that follows it in

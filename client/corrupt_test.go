@@ -358,6 +358,16 @@ func TestConsumerFaultyDiskSealed(t *testing.T) {
 	}
 	ckNoMore(t, k)
 
+	// Started inside the bad batch (a commit can be anywhere): the rest of it is reported.
+	rec.got = nil
+	k = ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", Start: client.AtOffset(pl.bases[1] + 1), OnCorruptBatch: rec.skip})
+	if offsets, _, err = eachUntil(t, k, 1); err != nil || offsets[0] != pl.bases[2] {
+		t.Fatalf("from inside the bad batch: %v (%v)", offsets, err)
+	}
+	if len(rec.got) != 1 || rec.got[0].FirstOffset != pl.bases[1]+1 || rec.got[0].LastOffset != pl.bases[2]-1 {
+		t.Fatalf("from inside the bad batch: skipped %v", rec.got)
+	}
+
 	bases, skipped := fetchAll(t, c, 0)
 	if want := []int64{pl.bases[0], pl.bases[2], pl.bases[4]}; !slices.Equal(bases, want) {
 		t.Fatalf("BatchIter: good batches at %v, want %v", bases, want)
@@ -486,6 +496,38 @@ func TestConsumerCorruptBatchUnskippable(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestConsumerTrailingRecordBytes: a batch holding more records than its header counts
+// delivers the ones it counts (each has an offset; the extra one has none), and the extra
+// bytes are reported to OnError, without stopping the consumer.
+func TestConsumerTrailingRecordBytes(t *testing.T) {
+	extra := poisontest.ExtraRecord() // offsets 0-1
+	good := poisontest.Batch(1000, "g0")
+	wire.SetBaseOffset(good, 2)
+	fb := startFake(t)
+	fb.AddDurable("dur", func(m *wire.Fetch) []byte {
+		resp := wire.FetchResponse{HighWatermark: 3}
+		switch {
+		case m.Offset < 2:
+			resp.Batches = append(slices.Clone(extra), good...)
+		case m.Offset < 3:
+			resp.Batches = good
+		default:
+			time.Sleep(time.Duration(m.MaxWaitMs) * time.Millisecond) // a long poll
+		}
+		return resp.AppendTo(nil)
+	})
+	c := dial(t, fb)
+	errs := make(chan error, 16)
+	k := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", MaxWait: 10 * time.Millisecond, OnError: func(err error) { errs <- err }})
+	offsets, values, err := eachUntil(t, k, 3)
+	if err != nil || !slices.Equal(offsets, []int64{0, 1, 2}) || !slices.Equal(values, []string{"extra-1", "extra-2", "g0"}) {
+		t.Fatalf("got %v %q: %v", offsets, values, err)
+	}
+	if err := <-errs; !strings.Contains(err.Error(), "batch at offset 0: after its 2 records") {
+		t.Fatalf("OnError: %v", err)
 	}
 }
 

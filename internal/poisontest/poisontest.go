@@ -82,6 +82,13 @@ func CountMismatch() []byte {
 	return seal(wire.Batch{BatchHeader: wire.BatchHeader{RecordCount: 3, FirstTimestamp: 1, RecordsSize: uint32(len(r))}, Records: r})
 }
 
+// ExtraRecord is a batch whose header says 2 records while its section holds 3: the third
+// got no offset. CRC and structure are right.
+func ExtraRecord() []byte {
+	r := records("extra-1", "extra-2", "extra-3")
+	return seal(wire.Batch{BatchHeader: wire.BatchHeader{RecordCount: 2, FirstTimestamp: 1, RecordsSize: uint32(len(r))}, Records: r})
+}
+
 // GarbageRecords is a batch of 2 records whose section is 0xFF bytes: over-long varints.
 func GarbageRecords() []byte {
 	r := bytes.Repeat([]byte{0xff}, 24)
