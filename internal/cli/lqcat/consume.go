@@ -159,17 +159,17 @@ func (r *runner) skip(o *output, e *client.CorruptBatchError) {
 }
 
 // onCorrupt is the client's OnCorruptBatch for cc: nil (stop) with --on-corrupt stop, else
-// skip, then call then (if not nil) with o.mu held; then may stop the run.
-func (r *runner) onCorrupt(cc *consumeConfig, o *output, then func(*client.CorruptBatchError) error) func(*client.CorruptBatchError) error {
+// skip. read, when not nil, is called first with o.mu held: it counts the batch as read and
+// says whether it is one lqcat was asked for (and so reports it); it may end the run.
+func (r *runner) onCorrupt(cc *consumeConfig, o *output, read func(*client.CorruptBatchError) bool) func(*client.CorruptBatchError) error {
 	if cc.stopOnCorrupt {
 		return nil
 	}
 	return func(e *client.CorruptBatchError) error {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		r.skip(o, e)
-		if then != nil {
-			return then(e)
+		if read == nil || read(e) {
+			r.skip(o, e)
 		}
 		return nil
 	}
@@ -299,7 +299,7 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 		OnError: func(err error) { r.warn("%v", err) },
 	}
 	// Set once the handler below exists: a skipped batch counts as read, for -e and commits.
-	var skippedBatch func(*client.CorruptBatchError) error
+	var skippedBatch func(*client.CorruptBatchError) bool
 	// One consumer for every partition, except that -o -N and s@ start each partition elsewhere.
 	type plan struct {
 		ids   []int32
@@ -346,7 +346,7 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 	for _, pl := range plans {
 		opts := base
 		opts.Partitions, opts.Start = pl.ids, pl.start
-		opts.OnCorruptBatch = r.onCorrupt(cc, out, func(e *client.CorruptBatchError) error { return skippedBatch(e) })
+		opts.OnCorruptBatch = r.onCorrupt(cc, out, func(e *client.CorruptBatchError) bool { return skippedBatch(e) })
 		k, err := conn.NewConsumer(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -407,10 +407,10 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 		}
 		return nil
 	}
-	skippedBatch = func(e *client.CorruptBatchError) error { // out.mu held
+	skippedBatch = func(e *client.CorruptBatchError) bool { // out.mu held; like handler
 		p := prog[e.Partition]
 		if finished || p.done {
-			return nil
+			return false // after what lqcat prints
 		}
 		p.next = max(p.next, e.LastOffset+1)
 		if eof && p.next >= p.end {
@@ -421,7 +421,7 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 			finished = true
 			stopRun()
 		}
-		return nil
+		return true
 	}
 	commit := func(ctx context.Context) error {
 		if cc.group == "" {
