@@ -89,7 +89,8 @@ type ConsumerOptions struct {
 // handler called for it returns (with or without an error; Messages: when the copy has been
 // received from the channel). A record below its partition's position is never delivered
 // again by the same Consumer, and fetchers (re)start at the position, so nothing is skipped
-// or repeated, across reconnects too. A new consumer of the same group starts at the
+// or repeated, across reconnects too; only OnCorruptBatch skips, and only offsets that cannot
+// be decoded. A new consumer of the same group starts at the
 // committed offsets: it receives again the records delivered after the last successful
 // commit (at-least-once).
 type Consumer struct {
