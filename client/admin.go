@@ -97,24 +97,35 @@ func (c *Conn) Stats(ctx context.Context, topic string) ([]wire.TopicStats, erro
 // Batches walks. It owns its memory.
 type FetchResult struct {
 	wire.FetchResponse
+	topic    string
+	offset   int64 // asked for
 	maxBatch int
 }
 
 // Batches returns an iterator over the fetched batches.
 func (r *FetchResult) Batches() BatchIter {
-	return BatchIter{rest: r.FetchResponse.Batches, max: r.maxBatch}
+	return BatchIter{topic: r.topic, partition: int32(r.Partition), hw: r.HighWatermark, from: r.offset, rest: r.FetchResponse.Batches, max: r.maxBatch}
 }
 
-// BatchIter walks a sequence of whole record batches, validating each one.
+// BatchIter walks a sequence of whole record batches, validating each one (wire.ParseBatch:
+// CRC and structure). Records decompresses and checks the records of the current batch.
 //
 //	it := res.Batches()
-//	for it.Next() { bt := it.Batch(); ... }
+//	for it.Next() { bt := it.Batch(); records, err := it.Records(&comp, buf); ... }
 //	if err := it.Err(); err != nil { ... }
+//
+// A batch that fails is reported as a *CorruptBatchError naming its topic, partition and
+// offsets: by Err, and then SkipCorrupt goes on past it; by Records, and then Next does.
 type BatchIter struct {
-	rest []byte
-	max  int
-	cur  wire.Batch
-	err  error
+	topic     string
+	partition int32
+	hw        int64 // the answer's high watermark: bounds the extent of a corrupt last batch
+	from      int64 // the offset asked for, then the offset after the last batch passed
+	rest      []byte
+	max       int
+	cur       wire.Batch
+	err       error
+	skippable bool // err is a corrupt batch that Next has moved past
 }
 
 // Next advances to the next batch; it returns false at the end or on a corrupt batch.
@@ -124,12 +135,36 @@ func (it *BatchIter) Next() bool {
 	}
 	n := wholeBatchSize(it.rest)
 	if n == 0 {
-		it.err = fmt.Errorf("%w: batch of %d bytes, %d left in the response", wire.ErrCorruptBatch, wire.BatchSize(it.rest), len(it.rest))
+		cause := fmt.Errorf("%w: its length field says %d bytes, %d are left in the FETCH answer", wire.ErrCorruptBatch, wire.BatchSize(it.rest), len(it.rest))
+		it.err = corruptBatch(it.topic, it.partition, it.rest, 0, it.from, it.hw, cause)
 		return false
 	}
-	it.cur, it.err = wire.ParseBatch(it.rest[:n], it.max)
+	bt, err := wire.ParseBatch(it.rest[:n], it.max)
+	if err != nil {
+		bad := corruptBatch(it.topic, it.partition, it.rest, n, it.from, it.hw, err)
+		it.err, it.skippable = bad, bad.Skippable()
+		if it.skippable {
+			it.from = bad.LastOffset + 1
+		}
+		it.rest = it.rest[n:]
+		return false
+	}
+	it.cur, it.from = bt, bt.NextOffset()
 	it.rest = it.rest[n:]
-	return it.err == nil
+	return true
+}
+
+// SkipCorrupt clears the error of the corrupt batch Next stopped at, so that Next goes on
+// with the batch after it. It returns false, and changes nothing, when the error is not a
+// *CorruptBatchError or the batch's extent is unknown (CorruptBatchError.Skippable): then
+// nothing after it in this answer can be read; FETCH again after its last offset, if known,
+// or report it.
+func (it *BatchIter) SkipCorrupt() bool {
+	if !it.skippable {
+		return false
+	}
+	it.err, it.skippable = nil, false
+	return true
 }
 
 // wholeBatchSize is the size of the batch at the start of b, a sequence of whole batches (a
@@ -140,6 +175,37 @@ func wholeBatchSize(b []byte) int {
 		return 0
 	}
 	return n
+}
+
+// Records returns the current batch's records section, decompressed into buf (reused when it
+// is large enough; nil is fine) when the batch is compressed, after checking that every
+// record decodes: a wire.RecordIter over it then meets no error. When they do not, the error
+// is a *CorruptBatchError naming the batch's offsets, and Next goes on with the next batch.
+// comp may be nil when nothing is compressed.
+func (it *BatchIter) Records(comp *wire.Compressor, buf []byte) ([]byte, error) {
+	bt := &it.cur
+	records := bt.Records
+	if bt.Codec() != wire.CodecNone {
+		if comp == nil {
+			return nil, fmt.Errorf("lightq: BatchIter.Records: a %v batch needs a Compressor", bt.Codec())
+		}
+		dec, err := comp.Decompress(buf[:0], bt)
+		if err != nil {
+			return nil, it.corruptRecords(err)
+		}
+		records = dec
+	}
+	var rec wire.Record
+	if err := checkRecords(records, bt, &rec); err != nil {
+		return nil, it.corruptRecords(err)
+	}
+	return records, nil
+}
+
+// corruptRecords describes the current batch, whose records failed with cause. It passed its
+// CRC check, so its header's offsets are right.
+func (it *BatchIter) corruptRecords(cause error) *CorruptBatchError {
+	return &CorruptBatchError{Topic: it.topic, Partition: it.partition, FirstOffset: it.cur.BaseOffset, LastOffset: it.cur.NextOffset() - 1, Err: cause}
 }
 
 // Batch is the current batch; its Records alias the FetchResult.
@@ -155,7 +221,7 @@ func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) 
 	if err != nil {
 		return nil, err
 	}
-	res := &FetchResult{maxBatch: c.limits.MaxBatch}
+	res := &FetchResult{topic: req.Topic, offset: req.Offset, maxBatch: c.limits.MaxBatch}
 	if err := res.FetchResponse.Decode(body); err != nil {
 		return nil, fmt.Errorf("%w: FETCH response: %w", ErrProtocol, err)
 	}

@@ -55,11 +55,28 @@ type ConsumerOptions struct {
 	// AutoCommit, with a Group, commits the consumed positions this often and at Close.
 	// Default 1s; a negative value disables both (call Commit yourself).
 	AutoCommit time.Duration
-	// OnError receives non-fatal errors: a transient FETCH failure before its retry, a lost
+	// OnError receives non-fatal errors: a transient FETCH failure before its retry (a
+	// STORAGE_ERROR, for one, which a damaged segment causes until it is repaired), a lost
 	// connection being redialled (DialConsumer), a failed automatic commit, an offset reset
-	// (ErrOffsetReset). Calls are made one at a time from a consumer goroutine; OnError may
+	// (ErrOffsetReset), bytes after the records a batch's header counts (which lose no
+	// offset). Calls are made one at a time from a consumer goroutine; OnError may
 	// call any Consumer method. When errors come faster than it returns, some are dropped.
 	OnError func(error)
+	// OnCorruptBatch decides what happens when Each reaches a batch the client cannot decode
+	// (a *CorruptBatchError: a CRC mismatch, a bad structure or a records section that does
+	// not decompress, found before any of the batch is delivered; or records that stop
+	// decoding part-way, found as Each walks them, after delivering the records before the
+	// damage). The error's offsets are those that cannot be delivered.
+	//
+	// nil, the default, stops the consumer there: Each returns the *CorruptBatchError, which
+	// names the topic, partition and offsets, and the position stays at its first offset.
+	// Otherwise OnCorruptBatch is called like the handler (on the goroutine running Each, in
+	// offset order), once per batch. Returning nil skips the offsets: the position moves past
+	// the batch's last offset, so Commit covers it like a delivered batch. Returning an error
+	// stops the consumer with that error. A batch whose extent is unknown
+	// (CorruptBatchError.Skippable is false) cannot be skipped: the consumer stops at it
+	// without calling OnCorruptBatch.
+	OnCorruptBatch func(*CorruptBatchError) error
 }
 
 // Consumer reads a durable topic by offset. Consume it with Each (no allocation per record)
@@ -72,7 +89,8 @@ type ConsumerOptions struct {
 // handler called for it returns (with or without an error; Messages: when the copy has been
 // received from the channel). A record below its partition's position is never delivered
 // again by the same Consumer, and fetchers (re)start at the position, so nothing is skipped
-// or repeated, across reconnects too. A new consumer of the same group starts at the
+// or repeated, across reconnects too; only OnCorruptBatch skips, and only offsets that cannot
+// be decoded. A new consumer of the same group starts at the
 // committed offsets: it receives again the records delivered after the last successful
 // commit (at-least-once).
 type Consumer struct {
@@ -123,7 +141,7 @@ type Consumer struct {
 	bi        int // next batch of cur
 	itActive  bool
 	it        wire.RecordIter
-	itBase    int64
+	itNext    int64 // offset of the record it decodes next
 	rec       wire.Record
 	recv      Received
 }

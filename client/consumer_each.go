@@ -13,9 +13,9 @@ import (
 
 // Each calls handler for every record, in offset order per partition, until ctx ends, the
 // handler returns an error, or the consumer ends; it returns that error (ErrClosed after
-// Close, or the fatal error that ended the consumer, such as a corrupt batch, which names
-// the partition and the batch's offset). The *Received is reused: it is valid only during
-// the call. Each does not allocate per record.
+// Close, or the fatal error that ended the consumer, such as a *CorruptBatchError, which
+// names the partition and the batch's offsets; see ConsumerOptions.OnCorruptBatch). The
+// *Received is reused: it is valid only during the call. Each does not allocate per record.
 //
 // The partition's position moves past a record once its handler returns, even with an
 // error: the next Each resumes after that record. A handler may call Commit (which then
@@ -63,11 +63,18 @@ func (k *Consumer) each(ctx context.Context, handler func(*Received) error, onEr
 				}
 				b := &ch.batches[k.bi]
 				k.bi++
+				if b.bad != nil {
+					if err := k.corruptReached(p, b.bad); err != nil {
+						return k.failEach(ch, err)
+					}
+					continue
+				}
 				k.it = wire.NewRecordIter(ch.records(b), b.count, b.base, b.firstTS)
-				k.itBase, k.itActive = b.base, true
+				k.itNext, k.itActive = b.base, true
 			}
 			r := &k.recv
 			for k.it.Next(&k.rec) {
+				k.itNext = k.rec.Offset + 1
 				if k.rec.Offset < p.pos.Load() {
 					continue
 				}
@@ -89,22 +96,64 @@ func (k *Consumer) each(ctx context.Context, handler func(*Received) error, onEr
 				}
 			}
 			if err := k.it.Err(); err != nil {
-				err = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, k.itBase, err)
-				k.mu.Lock()
-				if k.err == nil {
-					k.err = err
+				if err := k.recordsFailed(p, &ch.batches[k.bi-1], err); err != nil {
+					return k.failEach(ch, err)
 				}
-				k.mu.Unlock()
-				k.cancel()
-				k.cur = nil
-				k.recycle(ch)
-				return err
 			}
 			k.itActive = false
 		}
 		k.cur = nil
 		k.recycle(ch)
 	}
+}
+
+// recordsFailed handles a batch of p whose records stopped decoding with cause after those
+// before k.itNext: the offsets from there (or from the position) to the batch's last are
+// a corrupt batch for OnCorruptBatch. Trailing bytes after the records the header counts
+// lose no offset: they are reported to OnError.
+func (k *Consumer) recordsFailed(p *partState, b *batchRef, cause error) error {
+	bad := &CorruptBatchError{Topic: k.topic, Partition: p.id, FirstOffset: max(k.itNext, p.pos.Load()), LastOffset: b.base + int64(b.count) - 1, Err: cause}
+	if bad.FirstOffset > bad.LastOffset {
+		k.report(fmt.Errorf("lightq: topic %s partition %d: batch at offset %d: after its %d records: %w", k.topic, p.id, b.base, b.count, cause))
+		return nil
+	}
+	return k.corruptReached(p, bad)
+}
+
+// corruptReached applies OnCorruptBatch to a corrupt batch Each has reached in p: it returns
+// nil when the batch is skipped (the position moves past it), else the error that ends the
+// consumer.
+func (k *Consumer) corruptReached(p *partState, bad *CorruptBatchError) error {
+	if pos := p.pos.Load(); bad.Skippable() && bad.FirstOffset < pos {
+		if bad.LastOffset < pos {
+			return nil // behind the position already
+		}
+		started := *bad // the consumer started inside the batch: the rest is what it loses
+		started.FirstOffset = pos
+		bad = &started
+	}
+	if !bad.Skippable() || k.opts.OnCorruptBatch == nil {
+		return bad
+	}
+	if err := k.opts.OnCorruptBatch(bad); err != nil {
+		return err
+	}
+	p.pos.Store(bad.LastOffset + 1)
+	p.moved.Store(true)
+	return nil
+}
+
+// failEach ends the consumer with err, met by Each in ch, and returns err.
+func (k *Consumer) failEach(ch *chunk, err error) error {
+	k.mu.Lock()
+	if k.err == nil {
+		k.err = err
+	}
+	k.mu.Unlock()
+	k.cancel()
+	k.cur, k.itActive = nil, false
+	k.recycle(ch)
+	return err
 }
 
 // Messages returns a channel of copies of the consumer's records, closed when the consumer

@@ -10,7 +10,8 @@ import (
 )
 
 // The per-partition fetcher: it keeps up to two FETCHes going, verifies and decompresses the
-// answers into chunks for the queue, and retries, skips ahead or fails the consumer on errors.
+// answers into chunks for the queue (a batch that fails its checks is queued as a corrupt
+// batch, for Each), and retries, skips ahead or fails the consumer on errors.
 
 // fetchCall is the pending slot of one FETCH; a fetcher reuses two of them.
 type fetchCall struct {
@@ -147,9 +148,8 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 			return
 		}
 		p.hw.Store(resp.HighWatermark)
-		end, scanErr := scanEnd(ch.raw[wire.FetchResponseHeaderSize:], next)
-		room := k.account(ch, len(ch.raw))
-		if scanErr == nil && end == next {
+		batches := ch.raw[wire.FetchResponseHeaderSize:]
+		if len(batches) == 0 {
 			// Nothing new: the long poll ran out. A broker that answers empty although it
 			// has data would make this spin, hence the pause.
 			k.recycle(ch)
@@ -158,17 +158,18 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 			}
 			continue
 		}
+		end, framed := scanEnd(batches, next, resp.HighWatermark)
+		room := k.account(ch, len(ch.raw))
 		// Pipelining: the next FETCH goes out before this answer is verified and queued.
 		var sendErr error
-		if scanErr == nil && room {
+		if framed && end > next && room {
 			pending, sendErr = k.sendFetch(s, p, end)
 		}
-		if err := k.process(p, ch, next); err != nil {
-			k.enqueueFatal(p, err)
-			return
+		if k.process(p, ch, next, resp.HighWatermark) {
+			return // Each stops at a corrupt batch: nothing after it is needed
 		}
-		if scanErr != nil {
-			k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: FETCH at offset %d: %w", k.topic, p.id, next, scanErr))
+		if end <= next { // every batch framed (process stops at one that is not), none new
+			k.enqueueFatal(p, fmt.Errorf("%w: %s partition %d: FETCH at offset %d answered with batches that end at %d", ErrProtocol, k.topic, p.id, next, end))
 			return
 		}
 		next = end
@@ -179,55 +180,51 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 }
 
 // scanEnd walks the batch headers of a FETCH answer and returns the offset after its last
-// record (at least from). The CRCs are checked later, by process.
-func scanEnd(b []byte, from int64) (int64, error) {
+// batch (at least from; see batchNext, hw is the answer's high watermark), and whether every
+// batch is framed by its length field. The batches are checked later, by process; the next
+// FETCH, sent before that, starts where a skip of a corrupt last batch would go.
+func scanEnd(b []byte, from, hw int64) (int64, bool) {
 	end := from
 	for len(b) > 0 {
 		n := wholeBatchSize(b)
 		if n == 0 {
-			return end, fmt.Errorf("%w: batch of %d bytes with %d left in the answer", wire.ErrCorruptBatch, wire.BatchSize(b), len(b))
+			return end, false
 		}
-		h, err := wire.PeekBatchHeader(b)
-		if err != nil {
-			return end, err // process names the batch
-		}
-		end = max(end, h.NextOffset())
+		end = max(end, batchNext(b, n, hw))
 		b = b[n:]
 	}
-	return end, nil
+	return end, true
 }
 
-// process verifies every batch of ch, decompresses the ones it needs and queues ch. On a
-// corrupt batch it queues the batches before it and returns the error, which names the
-// partition and the batch's offset.
-func (k *Consumer) process(p *partState, ch *chunk, from int64) error {
+// process verifies every batch of ch that reaches offset from (CRC and structure) and
+// decompresses the ones it needs, and queues ch; Each decodes the records. A batch that fails
+// is queued in its place as a corrupt batch, which Each skips or stops at
+// (ConsumerOptions.OnCorruptBatch). process returns true when the fetcher has nothing more to
+// fetch: the consumer will stop at that batch, because its extent is unknown or because no
+// OnCorruptBatch can skip it. hw is the answer's high watermark.
+func (k *Consumer) process(p *partState, ch *chunk, from, hw int64) (stop bool) {
 	ch.batches, ch.dec = ch.batches[:0], ch.dec[:0]
-	off := wire.FetchResponseHeaderSize
-	var bad error
-	for off < len(ch.raw) {
+	for off := wire.FetchResponseHeaderSize; off < len(ch.raw); {
 		rest := ch.raw[off:]
 		n := wholeBatchSize(rest)
+		var (
+			ref  batchRef
+			keep bool
+			err  error
+		)
 		if n == 0 {
-			break // scanEnd reports it
+			err = fmt.Errorf("%w: its length field says %d bytes, %d are left in the FETCH answer", wire.ErrCorruptBatch, wire.BatchSize(rest), len(rest))
+		} else {
+			ref, keep, err = k.verify(p, ch, off, n, from)
 		}
-		bt, err := wire.ParseBatch(rest[:n], k.maxBatch)
 		if err != nil {
-			bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, wire.BatchBaseOffset(rest), err)
-			break
-		}
-		if bt.BaseOffset+int64(bt.RecordCount) > from {
-			ref := batchRef{base: bt.BaseOffset, firstTS: bt.FirstTimestamp, count: bt.RecordCount}
-			if bt.Codec() == wire.CodecNone {
-				ref.start = off + n - len(bt.Records)
-				ref.end = off + n
-			} else {
-				ref.inDec, ref.start = true, len(ch.dec)
-				if ch.dec, err = p.comp.Decompress(ch.dec, &bt); err != nil {
-					bad = fmt.Errorf("lightq: %s partition %d: batch at offset %d: %w", k.topic, p.id, bt.BaseOffset, err)
-					break
-				}
-				ref.end = len(ch.dec)
+			bad := corruptBatch(k.topic, p.id, rest, n, from, hw, err)
+			ch.batches = append(ch.batches, batchRef{bad: bad})
+			if !bad.Skippable() || k.opts.OnCorruptBatch == nil {
+				stop = true
+				break
 			}
+		} else if keep {
 			ch.batches = append(ch.batches, ref)
 		}
 		off += n
@@ -238,7 +235,33 @@ func (k *Consumer) process(p *partState, ch *chunk, from int64) error {
 	} else {
 		k.recycle(ch)
 	}
-	return bad
+	return stop
+}
+
+// verify checks the batch of n bytes at ch.raw[off:] and returns where its records are,
+// decompressed if need be; keep is false for a batch that ends before offset from, which is
+// not decompressed.
+func (k *Consumer) verify(p *partState, ch *chunk, off, n int, from int64) (ref batchRef, keep bool, err error) {
+	bt, err := wire.ParseBatch(ch.raw[off:off+n], k.maxBatch)
+	if err != nil {
+		return ref, false, err
+	}
+	if bt.NextOffset() <= from {
+		return ref, false, nil
+	}
+	ref = batchRef{base: bt.BaseOffset, firstTS: bt.FirstTimestamp, count: bt.RecordCount}
+	if bt.Codec() == wire.CodecNone {
+		ref.start, ref.end = off+n-len(bt.Records), off+n
+		return ref, true, nil
+	}
+	ref.inDec, ref.start = true, len(ch.dec)
+	dec, err := p.comp.Decompress(ch.dec, &bt)
+	if err != nil {
+		return ref, false, err
+	}
+	ch.dec = dec
+	ref.end = len(ch.dec)
+	return ref, true, nil
 }
 
 // sleep waits d unless the session ends (false).

@@ -18,11 +18,14 @@ type chunk struct {
 	err     error
 }
 
+// batchRef is where one batch's records are in a chunk, or, with bad set, a batch that
+// failed its checks, which Each reaches in its place in the partition's order.
 type batchRef struct {
 	base, firstTS int64
 	count         uint32
 	inDec         bool
 	start, end    int
+	bad           *CorruptBatchError
 }
 
 func (ch *chunk) records(b *batchRef) []byte {

@@ -523,7 +523,9 @@ func TestConsumerCorruptBatch(t *testing.T) {
 		got = append(got, copyReceived(m))
 		return nil
 	})
-	if !errors.Is(err, wire.ErrCorruptBatch) || !strings.Contains(err.Error(), "partition 0") || !strings.Contains(err.Error(), "offset 10") {
+	var bad *client.CorruptBatchError
+	if !errors.Is(err, wire.ErrCorruptBatch) || !errors.As(err, &bad) || bad.Partition != 0 || bad.FirstOffset != 10 || bad.LastOffset != 19 ||
+		!strings.Contains(err.Error(), "partition 0 offsets 10-19") {
 		t.Fatalf("Each: %v", err)
 	}
 	ckVerify(t, got, acks, ckRange(0, 10))

@@ -43,6 +43,11 @@
 // Broker refusals are *wire.Error values, returned as they are. Client-side errors wrap
 // ErrClosed (closed by its owner), ErrConnectionLost (I/O error or fatal broker error, which
 // is wrapped too) or ErrProtocol (an answer that breaks the protocol; the connection closes).
+// A record batch the client cannot decode is a *CorruptBatchError (wrapping
+// wire.ErrCorruptBatch) naming its topic, partition and offsets: it stops a Consumer unless
+// ConsumerOptions.OnCorruptBatch skips it, a Subscription skips it (SubscribeOptions has the
+// same hook), and BatchIter.SkipCorrupt goes past one. The broker sends stored batches as
+// they are, so fetching one again never helps.
 //
 // # Internals
 //
@@ -50,7 +55,8 @@
 // request.go (request/response slots), admin.go (topic administration and the thin durable
 // requests), producer.go (options, Send, Flush, Close), producer_batch.go (sealing and
 // writing batches, the linger flusher, the acknowledgement queue),
-// subscription.go (DELIVER queue, decoding, credit). The durable consumer: consumer.go
+// subscription.go (DELIVER queue, decoding, credit), corrupt.go (CorruptBatchError and the
+// offset range of a batch that does not decode). The durable consumer: consumer.go
 // (options, the Consumer type, construction, accessors, error reporting, Close),
 // consumer_start.go (start positions), consumer_session.go (one connection's fetchers;
 // the DialConsumer supervisor that redials), consumer_fetch.go (the per-partition fetcher:

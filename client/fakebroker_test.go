@@ -44,7 +44,11 @@ type fakeBroker struct {
 	credits      int    // CREDIT frames received
 	unsubscribes int
 	delivered    int64 // bytes of batches pushed
-	wg           sync.WaitGroup
+	// fetchAnswer, when set, serves FETCH (the body it returns) and LIST_OFFSETS (offset 0)
+	// for a durable topic made with AddDurable; fetches counts the FETCHes.
+	fetchAnswer func(m *wire.Fetch) []byte
+	fetches     int
+	wg          sync.WaitGroup
 }
 
 type fakeTopic struct {
@@ -171,6 +175,29 @@ func (fb *fakeBroker) AddTopic(name string, partitions int) {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	fb.topics[name] = &fakeTopic{kind: wire.KindTransient, batches: make([][][]byte, partitions), next: make([]int64, partitions)}
+}
+
+// AddDurable creates a durable topic of one partition directly, whose FETCHes fetch answers.
+func (fb *fakeBroker) AddDurable(name string, fetch func(m *wire.Fetch) []byte) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.topics[name] = &fakeTopic{kind: wire.KindDurable, batches: make([][][]byte, 1), next: make([]int64, 1)}
+	fb.fetchAnswer = fetch
+}
+
+// Store stores batches as they are (no check) in a partition, setting their base offsets:
+// a subscription delivers them as if they had been produced.
+func (fb *fakeBroker) Store(topic string, part int, batches ...[]byte) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	t := fb.topics[topic]
+	for _, b := range batches {
+		stored := append([]byte(nil), b...)
+		wire.SetBaseOffset(stored, t.next[part])
+		t.batches[part] = append(t.batches[part], stored)
+		t.next[part] += int64(wire.PeekBatchHeaderUnchecked(stored).RecordCount)
+	}
+	fb.cond.Broadcast()
 }
 
 // Batches returns copies of the batches stored for a partition.
@@ -396,7 +423,25 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 		}
 		fc.reply(h.Op, h.Corr, nil)
 	case wire.OpFetch, wire.OpListOffsets, wire.OpCommitOffset, wire.OpFetchCommitted:
-		fc.fail(h.Corr, wire.CodeNotSupported, "transient topics only")
+		fb.mu.Lock()
+		answer := fb.fetchAnswer
+		if h.Op == wire.OpFetch {
+			fb.fetches++
+			fb.cond.Broadcast()
+		}
+		fb.mu.Unlock()
+		var m wire.Fetch
+		switch {
+		case answer == nil || h.Op == wire.OpCommitOffset || h.Op == wire.OpFetchCommitted:
+			fc.fail(h.Corr, wire.CodeNotSupported, "transient topics only")
+		case h.Op == wire.OpListOffsets:
+			resp := wire.OffsetResponse{Offset: 0}
+			fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+		case m.Decode(body) != nil:
+			fc.fail(h.Corr, wire.CodeInvalidRequest, "FETCH body")
+		default:
+			fc.reply(h.Op, h.Corr, answer(&m))
+		}
 	default:
 		fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
 	}

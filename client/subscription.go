@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,15 @@ type SubscribeOptions struct {
 	// The batch queue between the reader goroutine and the consumer is bounded by Window,
 	// not by a count, so that a slow consumer never stalls the connection's reader.
 	Buffer int
+	// OnCorruptBatch is called, on the goroutine running Each, for a delivered batch the
+	// client cannot decode (a *CorruptBatchError naming its topic, partition and the offsets
+	// that cannot be delivered). The batch is skipped in any case; when its records stop
+	// decoding part-way, the records before the damage were delivered (records are decoded
+	// as they are handed to the handler) and the error's offsets start after them.
+	// Returning nil goes on with the next batch; an error is returned by Each. nil (the
+	// default): Each returns the *CorruptBatchError, and the next Each goes on after the
+	// batch; Messages ends, and Err returns the error.
+	OnCorruptBatch func(*CorruptBatchError) error
 }
 
 // Received is one delivered message. In Each it aliases the subscription's buffers and is
@@ -72,6 +82,7 @@ type Subscription struct {
 	window     int
 	maxBatch   int
 	buffer     int
+	onCorrupt  func(*CorruptBatchError) error
 	dropped    atomic.Uint64
 
 	mu     sync.Mutex
@@ -97,6 +108,7 @@ type Subscription struct {
 	curActive bool
 	first     bool
 	it        wire.RecordIter
+	itNext    int64 // offset of the record it decodes next
 	rec       wire.Record
 	recv      Received
 	consumed  int
@@ -175,7 +187,7 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 		part = opts.Partition
 	}
 	s := &Subscription{
-		c: c, topic: opts.Topic, window: opts.Window, maxBatch: c.Limits().MaxBatch, buffer: opts.Buffer,
+		c: c, topic: opts.Topic, window: opts.Window, maxBatch: c.Limits().MaxBatch, buffer: opts.Buffer, onCorrupt: opts.OnCorruptBatch,
 		signal: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	s.recv.Topic = opts.Topic
@@ -340,26 +352,47 @@ func (s *Subscription) pop(ctx context.Context) (queuedBatch, error) {
 	}
 }
 
-// open starts iterating a batch.
-func (s *Subscription) open(q queuedBatch) error {
+// open starts iterating a batch, or describes why it cannot.
+func (s *Subscription) open(q queuedBatch) *CorruptBatchError {
 	bt, err := wire.ParseBatch(q.batch, s.maxBatch)
 	if err != nil {
-		return err
+		return s.corruptBatch(q, err)
 	}
 	records := bt.Records
 	if bt.Codec() != wire.CodecNone {
 		if s.dbuf, err = s.comp.Decompress(s.dbuf[:0], &bt); err != nil {
-			return err
+			return s.corruptBatch(q, err)
 		}
 		records = s.dbuf
 	}
 	s.it = wire.NewRecordIter(records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
+	s.itNext = bt.BaseOffset
 	s.cur, s.curActive, s.first = q, true, true
 	s.recv.Partition = int32(q.partition)
 	if q.dropped > 0 {
 		s.dropped.Add(q.dropped)
 	}
 	return nil
+}
+
+// corruptBatch describes the delivered batch q, which failed to decode with cause. A DELIVER
+// holds one batch: its offsets are its header's.
+func (s *Subscription) corruptBatch(q queuedBatch, cause error) *CorruptBatchError {
+	b := q.batch
+	n := wholeBatchSize(b)
+	if n > 0 {
+		b = b[:n]
+	}
+	return corruptBatch(s.topic, int32(q.partition), b, n, -1, math.MaxInt64, cause)
+}
+
+// skipCorrupt applies OnCorruptBatch to a batch that failed to decode, already released: nil
+// goes on.
+func (s *Subscription) skipCorrupt(bad *CorruptBatchError) error {
+	if s.onCorrupt == nil {
+		return bad
+	}
+	return s.onCorrupt(bad)
 }
 
 // release recycles a consumed batch's buffer and grants its bytes back as credit once half
@@ -388,8 +421,8 @@ func (s *Subscription) release(q queuedBatch) {
 // returns an error, or the subscription ends; it returns that error (ErrClosed after Close).
 // The *Received is reused: it is valid only during the call. Each does not allocate per
 // message. When handler returns an error, the next Each resumes after that message. A batch
-// that fails to decode is skipped and its error returned. The context is checked between
-// batches.
+// that fails to decode is skipped and, unless SubscribeOptions.OnCorruptBatch says
+// otherwise, its *CorruptBatchError returned. The context is checked between batches.
 func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) error {
 	s.consumeMu.Lock()
 	defer s.consumeMu.Unlock()
@@ -403,13 +436,17 @@ func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) 
 				}
 				return err
 			}
-			if err := s.open(q); err != nil {
+			if bad := s.open(q); bad != nil {
 				s.release(q)
-				return fmt.Errorf("lightq: %s partition %d: %w", s.topic, q.partition, err)
+				if err := s.skipCorrupt(bad); err != nil {
+					return err
+				}
+				continue
 			}
 		}
 		r := &s.recv
 		for s.it.Next(&s.rec) {
+			s.itNext = s.rec.Offset + 1
 			r.Offset = s.rec.Offset
 			r.Timestamp = time.UnixMilli(s.rec.Timestamp)
 			r.Key, r.Value, r.Headers = s.rec.Key, s.rec.Value, s.rec.Headers
@@ -422,17 +459,25 @@ func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) 
 				return err
 			}
 		}
-		err := s.it.Err()
-		part := s.cur.partition
-		s.release(s.cur)
-		if err != nil {
-			return fmt.Errorf("lightq: %s partition %d: %w", s.topic, part, err)
+		if err := s.it.Err(); err != nil {
+			bad := s.corruptBatch(s.cur, err)
+			bad.FirstOffset = s.itNext // the records before it were delivered
+			s.release(s.cur)
+			// Trailing bytes after the records the header counts lose no offset.
+			if bad.FirstOffset <= bad.LastOffset {
+				if err := s.skipCorrupt(bad); err != nil {
+					return err
+				}
+			}
+			continue
 		}
+		s.release(s.cur)
 	}
 }
 
 // Messages returns a channel of copies of the subscription's messages, closed when the
-// subscription ends (see Err). It is the convenient API: every message costs allocations.
+// subscription ends (see Err), or at a batch that cannot be decoded unless
+// SubscribeOptions.OnCorruptBatch skips it (Err then returns its *CorruptBatchError). It is the convenient API: every message costs allocations.
 // Calling it more than once returns the same channel; do not combine it with Each.
 func (s *Subscription) Messages() <-chan Received {
 	s.msgsOnce.Do(func() {
@@ -440,7 +485,7 @@ func (s *Subscription) Messages() <-chan Received {
 		go func() {
 			defer close(s.msgs)
 			ctx := s.msgsCtx
-			_ = s.Each(ctx, func(r *Received) error {
+			err := s.Each(ctx, func(r *Received) error {
 				select {
 				case s.msgs <- r.clone():
 					return nil
@@ -448,6 +493,9 @@ func (s *Subscription) Messages() <-chan Received {
 					return ctx.Err()
 				}
 			})
+			if bad := (*CorruptBatchError)(nil); errors.As(err, &bad) {
+				s.fail(err) // the channel closes: Err must say why
+			}
 		}()
 	})
 	return s.msgs

@@ -73,6 +73,11 @@ Consume (-C):
   -J         one JSON object per message (see below)
   -D, -K     without -f or -J, print KEY, -K, VALUE, -D (default: VALUE then \n)
   -u         flush stdout after every message
+  --on-corrupt skip|stop
+             a batch that cannot be decoded (damaged on disk, or stored before the broker
+             checked records): skip it, saying so on stderr ("topic T partition P offsets
+             A-B: cannot decode batch: REASON; skipped"), and exit 1 at the end (default);
+             or stop there with an error. Records of a batch before its damage are printed.
   Transient topics stream live from now: only -o end is meaningful, and -e has no end.
 
 JSON (-J): one object per line, the same for -C (output) and -P (input):
@@ -92,7 +97,8 @@ Other flags:
 Exit codes:
   0 ok                          5 unknown topic or partition
   1 failure, or some messages   6 message too large
-    not acknowledged            7 not supported (topic kind, or a missing broker feature)
+    not acknowledged (-P) or    7 not supported (topic kind, or a missing broker feature)
+    skipped as undecodable (-C)
   2 usage                       8 topic already exists
   3 cannot connect / lost       9 offset out of range
   4 authentication failed or not authorized

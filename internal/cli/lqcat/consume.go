@@ -27,6 +27,9 @@ type consumeConfig struct {
 	json       bool
 	delim      []byte // after each JSON object
 	unbuffered bool
+	// stopOnCorrupt (--on-corrupt stop) ends at a batch that cannot be decoded, instead of
+	// skipping it.
+	stopOnCorrupt bool
 }
 
 type startKind uint8
@@ -108,6 +111,7 @@ type output struct {
 	dirty      bool
 	err        error
 	printed    int
+	skipped    int // batches that could not be decoded
 	flushEvery time.Duration
 }
 
@@ -144,6 +148,33 @@ func (o *output) flush() error {
 	return o.err
 }
 
+// skip tells on stderr that a batch that cannot be decoded is skipped, after writing out the
+// messages printed before it; the caller holds o.mu.
+func (r *runner) skip(o *output, e *client.CorruptBatchError) {
+	if o.err == nil && o.dirty {
+		o.err, o.dirty = o.w.Flush(), false
+	}
+	o.skipped++
+	r.warn("topic %q partition %d offsets %d-%d: cannot decode batch: %v; skipped", e.Topic, e.Partition, e.FirstOffset, e.LastOffset, e.Err)
+}
+
+// onCorrupt is the client's OnCorruptBatch for cc: nil (stop) with --on-corrupt stop, else
+// skip. read, when not nil, is called first with o.mu held: it counts the batch as read and
+// says whether it is one lqcat was asked for (and so reports it); it may end the run.
+func (r *runner) onCorrupt(cc *consumeConfig, o *output, read func(*client.CorruptBatchError) bool) func(*client.CorruptBatchError) error {
+	if cc.stopOnCorrupt {
+		return nil
+	}
+	return func(e *client.CorruptBatchError) error {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if read == nil || read(e) {
+			r.skip(o, e)
+		}
+		return nil
+	}
+}
+
 // errStop ends the consumers once lqcat printed what it was asked for.
 var errStop = errors.New("enough")
 
@@ -174,6 +205,10 @@ func (r *runner) consume(ctx context.Context, cc consumeConfig) error {
 		werr = fmt.Errorf("stdout: %w", ferr)
 	}
 	r.info("%d messages printed from topic %q", out.printed, cc.topic)
+	if werr == nil && out.skipped > 0 {
+		werr = withCode(ExitFailed, fmt.Errorf("topic %q: %d %s could not be decoded and %s skipped (see above)",
+			cc.topic, out.skipped, plural(out.skipped, "batch", "batches"), plural(out.skipped, "was", "were")))
+	}
 	return werr
 }
 
@@ -205,7 +240,8 @@ func (r *runner) consumeLive(ctx context.Context, conn *client.Conn, cc *consume
 	case cc.exitEOF:
 		return withCode(ExitUnsupported, fmt.Errorf("topic %q is transient: a live stream has no end for -e; stop with -c N instead", cc.topic))
 	}
-	sub, err := conn.Subscribe(ctx, client.SubscribeOptions{Topic: cc.topic, Partition: cc.partition.v, HasPartition: cc.partition.set, QueueGroup: cc.group})
+	sub, err := conn.Subscribe(ctx, client.SubscribeOptions{Topic: cc.topic, Partition: cc.partition.v, HasPartition: cc.partition.set, QueueGroup: cc.group,
+		OnCorruptBatch: r.onCorrupt(cc, out, nil)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -262,6 +298,8 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 		Topic: cc.topic, Group: cc.group, AutoCommit: -1, Prefetch: prefetch, MaxBytes: min(prefetch, 1<<20),
 		OnError: func(err error) { r.warn("%v", err) },
 	}
+	// Set once the handler below exists: a skipped batch counts as read, for -e and commits.
+	var skippedBatch func(*client.CorruptBatchError) bool
 	// One consumer for every partition, except that -o -N and s@ start each partition elsewhere.
 	type plan struct {
 		ids   []int32
@@ -308,6 +346,7 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 	for _, pl := range plans {
 		opts := base
 		opts.Partitions, opts.Start = pl.ids, pl.start
+		opts.OnCorruptBatch = r.onCorrupt(cc, out, func(e *client.CorruptBatchError) bool { return skippedBatch(e) })
 		k, err := conn.NewConsumer(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -367,6 +406,22 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 			return errStop
 		}
 		return nil
+	}
+	skippedBatch = func(e *client.CorruptBatchError) bool { // out.mu held; like handler
+		p := prog[e.Partition]
+		if finished || p.done {
+			return false // after what lqcat prints
+		}
+		p.next = max(p.next, e.LastOffset+1)
+		if eof && p.next >= p.end {
+			p.done = true
+			remaining--
+		}
+		if bounded && remaining == 0 {
+			finished = true
+			stopRun()
+		}
+		return true
 	}
 	commit := func(ctx context.Context) error {
 		if cc.group == "" {

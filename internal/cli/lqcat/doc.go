@@ -58,7 +58,8 @@
 //
 // # Exit codes
 //
-// 0 ok; 1 failure, or some messages not acknowledged; 2 usage; 3 cannot connect or the
+// 0 ok; 1 failure, or some messages not acknowledged (-P) or batches skipped because they
+// cannot be decoded (-C, which says so on stderr and goes on); 2 usage; 3 cannot connect or the
 // connection was lost; 4 authentication failed or not authorized; 5 unknown topic or
 // partition; 6 message too large; 7 not supported (topic kind, or a missing broker feature);
 // 8 the topic exists; 9 offset out of range. -P exits with the code of the first failure

@@ -14,7 +14,7 @@ import (
 // Exit codes of lqcat. Scripts test them: never renumber.
 const (
 	ExitOK          = 0 // everything worked
-	ExitFailed      = 1 // some messages were not acknowledged, or another failure
+	ExitFailed      = 1 // some messages were not acknowledged (-P) or skipped as undecodable (-C), or another failure
 	ExitUsage       = 2 // bad flags or arguments, missing credentials
 	ExitConnect     = 3 // cannot connect, or the connection was lost
 	ExitAuth        = 4 // authentication failed, or not authorized

@@ -31,6 +31,7 @@ type kcatOpts struct {
 	group      string
 	format     string
 	unbuffered bool
+	onCorrupt  string
 }
 
 func (r *runner) kcatMode(ctx context.Context, args []string) error {
@@ -55,6 +56,7 @@ func (r *runner) kcatMode(ctx context.Context, args []string) error {
 	fs.StringVar(&o.group, "G", "", "group")
 	fs.StringVar(&o.format, "f", "", "format")
 	fs.BoolVar(&o.unbuffered, "u", false, "unbuffered")
+	fs.StringVar(&o.onCorrupt, "on-corrupt", "", "skip or stop at a batch that cannot be decoded")
 	pos, err := r.parse(fs, usage, args)
 	if err != nil {
 		return err
@@ -122,7 +124,7 @@ func (o *kcatOpts) produceConfig(files []string) (produceConfig, error) {
 		return p, err
 	}
 	if o.consumeOnly() {
-		return p, usageErr("-o, -e, -G, -f and -u are consumer flags: use them with -C")
+		return p, usageErr("-o, -e, -G, -f, -u and --on-corrupt are consumer flags: use them with -C")
 	}
 	var err error
 	if p.delim, err = unescape(o.delim); err != nil {
@@ -168,7 +170,7 @@ func (o *kcatOpts) produceConfig(files []string) (produceConfig, error) {
 }
 
 func (o *kcatOpts) consumeOnly() bool {
-	return len(o.offset) > 0 || o.exitEOF || o.group != "" || o.format != "" || o.unbuffered
+	return len(o.offset) > 0 || o.exitEOF || o.group != "" || o.format != "" || o.unbuffered || o.onCorrupt != ""
 }
 
 func splitHeader(h string) (string, string, bool) {
@@ -191,6 +193,13 @@ func (o *kcatOpts) consumeConfig(jsonOut bool) (consumeConfig, error) {
 	}
 	if o.partition.set && o.partition.v < 0 {
 		return cc, usageErr("-p %d: give a partition, or leave -p out for all", o.partition.v)
+	}
+	switch o.onCorrupt {
+	case "skip", "":
+	case "stop":
+		cc.stopOnCorrupt = true
+	default:
+		return cc, usageErr("--on-corrupt %q: want skip or stop", o.onCorrupt)
 	}
 	var err error
 	if cc.start, err = parseOffset(o.offset); err != nil {

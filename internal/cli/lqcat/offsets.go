@@ -2,6 +2,7 @@ package lqcat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/lightq/lightq/client"
@@ -13,7 +14,8 @@ import (
 //
 // LIST_OFFSETS by timestamp answers with the first offset of the first batch whose newest
 // record is at or after ts (log.OffsetForTime), which can be earlier records of the same
-// batch; this reads that batch to find the record.
+// batch; this reads that batch to find the record. When that batch cannot be decoded, its
+// first offset is the answer: the consumer then reaches it and skips it, or stops, saying so.
 func offsetForTime(ctx context.Context, conn *client.Conn, topic string, part uint32, ts int64) (int64, error) {
 	off, err := conn.ListOffsets(ctx, wire.ListOffsets{Topic: topic, Partition: part, Mode: wire.OffsetTimestamp, Timestamp: ts})
 	if err != nil {
@@ -43,12 +45,15 @@ func offsetForTime(ctx context.Context, conn *client.Conn, topic string, part ui
 				off = next
 				continue
 			}
-			records := bt.Records
+			records, err := it.Records(&comp, dec)
+			if bad := (*client.CorruptBatchError)(nil); errors.As(err, &bad) {
+				return max(off, bad.FirstOffset), nil
+			}
+			if err != nil {
+				return 0, err
+			}
 			if bt.Codec() != wire.CodecNone {
-				if dec, err = comp.Decompress(dec[:0], bt); err != nil {
-					return 0, fmt.Errorf("batch at offset %d: %w", bt.BaseOffset, err)
-				}
-				records = dec
+				dec = records
 			}
 			ri := wire.NewRecordIter(records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
 			var rec wire.Record
@@ -61,6 +66,9 @@ func offsetForTime(ctx context.Context, conn *client.Conn, topic string, part ui
 				return 0, fmt.Errorf("batch at offset %d: %w", bt.BaseOffset, err)
 			}
 			off = next
+		}
+		if bad := (*client.CorruptBatchError)(nil); errors.As(it.Err(), &bad) && bad.FirstOffset >= 0 {
+			return max(off, bad.FirstOffset), nil
 		}
 		if err := it.Err(); err != nil {
 			return 0, err
