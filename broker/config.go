@@ -41,7 +41,7 @@ type Config struct {
 
 	RingBytes     int   // default arena size of a transient partition
 	RingSlots     int   // default batch capacity of a transient partition
-	MaxRingMemory int64 // total ring memory of all transient topics; CREATE_TOPIC past it: RESOURCE_LIMIT
+	MaxRingMemory int64 // memory all transient topics' rings preallocate (arenas and slot indexes); CREATE_TOPIC past it: RESOURCE_LIMIT
 
 	// NoColdPrefetch sends FETCH data with sendfile even when it is not in the page cache,
 	// which blocks the event loop while the disk reads it. Only for measuring the difference.

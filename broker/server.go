@@ -49,7 +49,7 @@ type Server struct {
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
 	adminMu    sync.Mutex // serialises topic and user changes
-	ringMemory int64      // under adminMu: ring bytes preallocated by live topics
+	ringMemory int64      // under adminMu: memory the rings of live topics preallocated (ring.Memory)
 
 	topics atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
 	users  atomic.Pointer[map[string]meta.User]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/ring"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -61,7 +62,8 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		return answer(wire.CodeTopicExists, "topic %q exists", m.Name)
 	}
 	if need := shape.memory(mt); s.ringMemory+need > s.cfg.MaxRingMemory {
-		return answer(wire.CodeResourceLimit, "topic needs %d bytes of ring memory; %d of %d in use", need, s.ringMemory, s.cfg.MaxRingMemory)
+		return answer(wire.CodeResourceLimit, "topic needs %d bytes of ring memory (%d partitions x (%d-byte ring + %d slots x %d bytes)); %d of the broker's %d are in use",
+			need, mt.Partitions, shape.ringBytes, ring.Slots(shape.ringSlots), ring.SlotBytes, s.ringMemory, s.cfg.MaxRingMemory)
 	}
 	user, userExists := (*s.users.Load())[m.User]
 	if userExists {
@@ -119,12 +121,15 @@ type topicShape struct {
 	durable              durableShape // durable
 }
 
-// memory is the ring memory a topic of this shape preallocates.
+// memory is the memory a topic of this shape preallocates, which CREATE_TOPIC counts against
+// Config.MaxRingMemory: for a transient topic, each partition's ring arena and slot index
+// (ring.Memory). A durable topic preallocates nothing its options size: its in-memory
+// indexes grow with the data stored (about 24 bytes per 4 KiB, whatever segment.bytes says).
 func (sh topicShape) memory(mt meta.Topic) int64 {
 	if mt.Kind != wire.KindTransient {
 		return 0
 	}
-	return int64(sh.ringBytes) * int64(mt.Partitions)
+	return ring.Memory(sh.ringBytes, sh.ringSlots) * int64(mt.Partitions)
 }
 
 // parseTopicOptions validates a topic's options against the broker's limits.
