@@ -1,9 +1,16 @@
 package broker
 
 import (
+	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/lightq/lightq/broker/ring"
 	"github.com/lightq/lightq/wire"
@@ -42,4 +49,159 @@ func TestRingSlotsCountAgainstRingMemory(t *testing.T) {
 	corr = admin.send(wire.OpDeleteTopic, (&wire.TopicName{Name: "three"}).AppendTo(nil))
 	admin.expectResponse(wire.OpDeleteTopic, corr)
 	admin.expectResponse(wire.OpCreateTopic, create("one-more", 1))
+}
+
+// expectTimeout reads the ERROR TIMEOUT (corr id 0) that closes c, waiting up to wait, checks
+// its message names what, and that the connection then closes.
+func (c *rawClient) expectTimeout(wait time.Duration, what string) {
+	c.t.Helper()
+	h, eb := c.errorFrame(wait)
+	if eb.Code != wire.CodeTimeout || h.Corr != 0 || !strings.Contains(eb.Message, what) {
+		c.t.Fatalf("want ERROR TIMEOUT for corr 0 naming %q, got %s for corr %d: %s", what, eb.Code, h.Corr, eb.Message)
+	}
+	c.expectClosed()
+}
+
+// TestSlowFrameIsClosed: a client that sends part of a frame after AUTH and stalls is answered
+// TIMEOUT, saying how much arrived, and closed after the read timeout, not before.
+func TestSlowFrameIsClosed(t *testing.T) {
+	const readTimeout = 300 * time.Millisecond
+	srv := startBroker(t, func(c *Config) { c.ReadTimeout = readTimeout })
+	for _, tc := range []struct {
+		name string
+		sent int // bytes of the frame sent
+		what string
+	}{
+		{"half a header", 9, "9 bytes of its header arrived"},
+		{"header and part of the body", 20, "20 of its 40 bytes arrived"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := login(t, srv.Addr(), testAdminUser, testAdminPass)
+			frame := wire.AppendFrame(nil, wire.OpMetadata, 0, c.nextCorr(), make([]byte, 24))
+			start := time.Now()
+			c.write(frame[:tc.sent])
+			c.expectTimeout(20*time.Second, tc.what)
+			if waited := time.Since(start); waited < readTimeout {
+				t.Errorf("closed after %v, before the read timeout (%v)", waited, readTimeout)
+			}
+		})
+	}
+}
+
+// TestIdleTimeout: an authenticated connection with nothing outstanding is closed with TIMEOUT
+// after the idle timeout; one that sends PINGs, one with a subscription and one with a FETCH
+// waiting for data stay open.
+func TestIdleTimeout(t *testing.T) {
+	const idleTimeout = 400 * time.Millisecond
+	srv := startBroker(t, func(c *Config) { c.IdleTimeout = idleTimeout })
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createTopic("live", 1, "live-user", "live-pw")
+	admin.createDurable("stored", 1)
+
+	pinger := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	subscriber := login(t, srv.Addr(), "live-user", "live-pw")
+	subscriber.subscribe("live", 0, "", 1<<20)
+	fetcher := login(t, srv.Addr(), "d-user", "d-pw")
+	fetchCorr := fetcher.sendFetch("stored", 0, 0, 60_000) // waits for data much longer than this test
+
+	// Two connections idle out one after the other, the second logging in once the first has
+	// gone, so that by then the others have spent two idle timeouts without a request; the
+	// pinger pings while waiting.
+	for round := 0; round < 2; round++ {
+		idler := login(t, srv.Addr(), testAdminUser, testAdminPass)
+		start := time.Now()
+		deadline := start.Add(20 * time.Second)
+		for {
+			f, err := idler.readFrame(50 * time.Millisecond)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && time.Now().Before(deadline) {
+				pinger.ping()
+				continue
+			}
+			if err != nil {
+				t.Fatalf("round %d: idle connection: %v, want ERROR TIMEOUT", round, err)
+			}
+			var eb wire.ErrorBody
+			_ = eb.Decode(f.body)
+			if f.h.Op != wire.OpError || eb.Code != wire.CodeTimeout || f.h.Corr != 0 || !strings.Contains(eb.Message, "idle for 400ms") {
+				t.Fatalf("round %d: idle connection got %s corr %d %s %q, want ERROR TIMEOUT (corr 0) naming the idle timeout", round, f.h.Op, f.h.Corr, eb.Code, eb.Message)
+			}
+			break
+		}
+		idler.expectClosed()
+		if waited := time.Since(start); waited < idleTimeout {
+			t.Fatalf("round %d: idle connection closed after %v, before the idle timeout", round, waited)
+		}
+	}
+	pinger.ping()
+	subscriber.ping()
+	fetcher.ping()
+	pinger.produceAcks("stored", 0, wire.AcksWritten, testBatch(t, "wake")) // admin itself has idled out
+	if _, values := fetcher.fetchedValues(fetchCorr, 0); len(values) != 1 {
+		t.Fatalf("the waiting FETCH got %q", values)
+	}
+}
+
+// dialFrom connects to addr from the local IP from: on Linux every 127.x.y.z is loopback, so
+// tests can play several client addresses.
+func dialFrom(t *testing.T, from, addr string) *rawClient {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawClient{t: t, conn: c, r: bufio.NewReaderSize(c, 1<<20)}
+}
+
+// expectRefused checks that c is answered TOO_MANY_CONNECTIONS (corr id 0) naming what, then
+// closed.
+func (c *rawClient) expectRefused(what string) {
+	c.t.Helper()
+	h, eb := c.errorFrame(10 * time.Second)
+	if eb.Code != wire.CodeTooManyConnections || h.Corr != 0 || !strings.Contains(eb.Message, what) {
+		c.t.Fatalf("want ERROR TOO_MANY_CONNECTIONS for corr 0 naming %q, got %s for corr %d: %s", what, eb.Code, h.Corr, eb.Message)
+	}
+	c.expectClosed()
+}
+
+// TestConnectionCaps: past the cap per client address, and past the broker's cap, a new
+// connection is answered TOO_MANY_CONNECTIONS and closed; closing a connection makes room.
+func TestConnectionCaps(t *testing.T) {
+	srv := startBroker(t, func(c *Config) { c.MaxConnections, c.MaxConnectionsPerAddr = 4, 2 })
+	addr := srv.Addr()
+	first := dialFrom(t, "127.0.0.1", addr)
+	first.hello()
+	dialFrom(t, "127.0.0.1", addr).hello()
+	dialFrom(t, "127.0.0.1", addr).expectRefused("2 connections are open from 127.0.0.1, the limit per client address")
+
+	dialFrom(t, "127.0.0.2", addr).hello() // another address has its own count
+	dialFrom(t, "127.0.0.2", addr).hello()
+	dialFrom(t, "127.0.0.3", addr).expectRefused("the broker has 4 connections open, its limit")
+
+	first.conn.Close()
+	waitUntil(t, "the closed connection is forgotten", func() bool { return openConns(srv) == 3 })
+	dialFrom(t, "127.0.0.1", addr).hello()
+	dialFrom(t, "127.0.0.3", addr).expectRefused("the broker has 4 connections open")
+}
+
+// TestRefusalLogIsRateLimited: a flood of refused connections logs one line per
+// refusalLogInterval, and that line counts the refusals not logged since the last.
+func TestRefusalLogIsRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	s := &Server{cfg: DefaultConfig()}
+	c := &conn{srv: s, log: zerolog.New(&buf)}
+	for i := 0; i < 100; i++ {
+		s.logRefusal(c, "the broker has 10000 connections open, its limit")
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 1 {
+		t.Fatalf("100 refusals logged %d lines, want 1:\n%s", n, buf.String())
+	}
+	s.refusalLogNext.Store(time.Now().UnixNano()) // as if the interval had passed
+	s.logRefusal(c, "the broker has 10000 connections open, its limit")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], `"refused_unlogged":99`) || !strings.Contains(lines[1], "10000 connections open") {
+		t.Fatalf("the next line after the interval: %q, want 99 refusals counted and the reason", lines[len(lines)-1])
+	}
 }
