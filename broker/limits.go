@@ -21,9 +21,9 @@ import (
 func (s *Server) admit(c *conn) (refusal string) {
 	switch {
 	case len(s.conns) >= s.cfg.MaxConnections:
-		return fmt.Sprintf("the broker has %d connections open, its limit", len(s.conns))
+		return fmt.Sprintf("the broker's connection limit (%d open) is reached; retry later", len(s.conns))
 	case s.perAddr[c.remote] >= s.cfg.MaxConnectionsPerAddr:
-		return fmt.Sprintf("%d connections are open from %s, the limit per client address", s.perAddr[c.remote], c.remote)
+		return fmt.Sprintf("the connection limit per client address (%d open from %s) is reached; close one first", s.perAddr[c.remote], c.remote)
 	}
 	s.conns[c] = struct{}{}
 	s.perAddr[c.remote]++
