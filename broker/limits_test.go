@@ -205,3 +205,22 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 		t.Fatalf("the next line after the interval: %q, want 99 refusals counted and the reason", lines[len(lines)-1])
 	}
 }
+
+// TestRepeatedTopicOptionIsRefused: a CREATE_TOPIC that repeats an option key is
+// INVALID_REQUEST, so a topic keeps at most one value per known option.
+func TestRepeatedTopicOptionIsRefused(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	padded := strings.Repeat("0", wire.MaxOptionValue-7) + "4194304" // a valid ring.bytes, as long as a value may be
+	opts := make([]wire.Option, wire.MaxOptions)
+	for i := range opts {
+		opts[i] = wire.Option{Key: wire.OptionRingBytes, Value: padded}
+	}
+	m := wire.CreateTopic{Name: "repeats", Kind: wire.KindTransient, Partitions: 1, User: "u", Password: "pw", Options: opts}
+	eb := admin.expectError(admin.send(wire.OpCreateTopic, m.AppendTo(nil)), wire.CodeInvalidRequest)
+	if !strings.Contains(eb.Message, `"ring.bytes" is given more than once`) {
+		t.Errorf("refusal %q does not name the repeated option", eb.Message)
+	}
+	m.Options = opts[:1]
+	admin.expectResponse(wire.OpCreateTopic, admin.send(wire.OpCreateTopic, m.AppendTo(nil)))
+}

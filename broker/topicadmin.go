@@ -51,6 +51,9 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	case m.User == s.cfg.AdminUser:
 		return answer(wire.CodeInvalidRequest, "the admin user cannot be a topic user")
 	}
+	if err := uniqueOptions(m.Options); err != nil {
+		return err
+	}
 	mt := meta.Topic{Name: m.Name, Kind: m.Kind, Partitions: int(m.Partitions), User: m.User, Options: m.Options, CreatedAt: time.Now().UTC()}
 	shape, err := s.parseTopicOptions(mt)
 	if err != nil {
@@ -94,6 +97,21 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		topics[m.Name] = t
 		users[m.User] = user
 	})
+	return nil
+}
+
+// uniqueOptions refuses an option key given twice: which one counts would be a guess, and
+// the topic keeps its options (in memory and in the metadata file), so repeats would let one
+// CREATE_TOPIC store 64 times the longest value. Only new topics are checked: a topic
+// persisted with repeats still loads (the last one counts).
+func uniqueOptions(opts []wire.Option) error {
+	for i, o := range opts {
+		for _, earlier := range opts[:i] {
+			if earlier.Key == o.Key {
+				return answer(wire.CodeInvalidRequest, "topic option %q is given more than once", o.Key)
+			}
+		}
+	}
 	return nil
 }
 
