@@ -178,7 +178,9 @@ func TestConnectionCaps(t *testing.T) {
 
 	dialFrom(t, "127.0.0.2", addr).hello() // another address has its own count
 	dialFrom(t, "127.0.0.2", addr).hello()
-	dialFrom(t, "127.0.0.3", addr).expectRefused("the broker's connection limit (4 open) is reached")
+	eager := dialFrom(t, "127.0.0.3", addr) // a client that does not wait for the refusal
+	eager.send(wire.OpHello, (&wire.Hello{ClientName: "eager", ClientVersion: "1"}).AppendTo(nil))
+	eager.expectRefused("the broker's connection limit (4 open) is reached")
 
 	first.conn.Close()
 	waitUntil(t, "the closed connection is forgotten", func() bool { return openConns(srv) == 3 })

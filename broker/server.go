@@ -355,8 +355,9 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 }
 
 // runTicker wakes stalled connections every tickInterval while there are any, and checks
-// deadlines every deadlineInterval (read and idle timeouts every timeoutScan, limits.go). It replaces gnet's ticker, which cannot be woken early:
-// a connection that stalls kicks it (see setStalled). It only calls Wake; it ends with gnet.
+// deadlines every deadlineInterval (read and idle timeouts every timeoutScan, see limits.go).
+// It replaces gnet's ticker, which cannot be woken early: a connection that stalls kicks it
+// (see setStalled). It only calls Wake; it ends with gnet.
 func (s *Server) runTicker() {
 	t := time.NewTimer(deadlineInterval)
 	defer t.Stop()
