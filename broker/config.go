@@ -48,6 +48,7 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxConnections and MaxConnectionsPerAddr cap the open connections, in all and from one
 	// client IP address; a connection past either is answered TOO_MANY_CONNECTIONS and closed.
+	// Start lowers MaxConnections to three quarters of the open-file limit when that is less.
 	MaxConnections        int
 	MaxConnectionsPerAddr int
 

@@ -58,22 +58,32 @@ func (s *Server) logRefusal(c *conn, refusal string) {
 		Msg("connection refused: TOO_MANY_CONNECTIONS")
 }
 
-// fdReserve is a guess at the descriptors a broker needs beside its connections: segment,
-// index and offsets files, epoll instances, the listener.
-const fdReserve = 1024
-
-// warnFDLimit logs when the open-file limit would stop connections before MaxConnections does:
-// accept would then fail and the client get no TOO_MANY_CONNECTIONS. (Go raises the soft
-// limit to the hard one at start on Linux; this reads the result.)
-func (s *Server) warnFDLimit() {
+// fitConnectionsToFDLimit lowers MaxConnections, with a warning, to what the open-file limit
+// leaves room for (connectionsWithin). This matters more than it seems: when accept(2) fails
+// with EMFILE, gnet (v2.9.7, acceptor_unix.go) stops its engine, so a broker that ran out
+// of descriptors would stop serving altogether instead of refusing one connection. (Go raises
+// the soft limit to the hard one at start on Linux; this reads the result.) Called by Start
+// before the loops run, so the loops see the final value.
+func (s *Server) fitConnectionsToFDLimit() {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return
 	}
-	if want := uint64(s.cfg.MaxConnections) + fdReserve; uint64(lim.Cur) < want {
-		s.log.Warn().Uint64("open_file_limit", uint64(lim.Cur)).Int("max_connections", s.cfg.MaxConnections).
-			Msgf("the open-file limit is below max-connections plus %d for files: raise it (ulimit -n) or lower max-connections", fdReserve)
+	if n := connectionsWithin(uint64(lim.Cur), s.cfg.MaxConnections); n < s.cfg.MaxConnections {
+		s.log.Warn().Uint64("open_file_limit", uint64(lim.Cur)).Int("max_connections", s.cfg.MaxConnections).Int("lowered_to", n).
+			Msg("max-connections lowered to three quarters of the open-file limit, leaving the rest for files: running out of descriptors would stop the broker; raise the limit (ulimit -n) to allow more")
+		s.cfg.MaxConnections = n
 	}
+}
+
+// connectionsWithin is the connection cap an open-file limit leaves room for: want, but at
+// most three quarters of the limit (the rest is for segment, index and offsets files, epoll
+// and the listener), and at least 1.
+func connectionsWithin(fdLimit uint64, want int) int {
+	if room := fdLimit / 4 * 3; room < uint64(want) {
+		return int(max(room, 1))
+	}
+	return want
 }
 
 // timeoutScanInterval is how often the ticker looks for connections past their read or idle

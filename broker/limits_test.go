@@ -226,3 +226,23 @@ func TestRepeatedTopicOptionIsRefused(t *testing.T) {
 	m.Options = opts[:1]
 	admin.expectResponse(wire.OpCreateTopic, admin.send(wire.OpCreateTopic, m.AppendTo(nil)))
 }
+
+// TestConnectionsWithinFDLimit: the connection cap leaves a quarter of the open-file limit for
+// files, since running out of descriptors in accept stops gnet's engine.
+func TestConnectionsWithinFDLimit(t *testing.T) {
+	for _, tc := range []struct {
+		fdLimit   uint64
+		want, got int
+	}{
+		{20000, 10000, 10000},
+		{1 << 20, 10000, 10000},
+		{4096, 10000, 3072},
+		{1024, 10000, 768},
+		{1, 10000, 1},
+		{1 << 62, 1 << 30, 1 << 30},
+	} {
+		if got := connectionsWithin(tc.fdLimit, tc.want); got != tc.got {
+			t.Errorf("connectionsWithin(%d, %d) = %d, want %d", tc.fdLimit, tc.want, got, tc.got)
+		}
+	}
+}

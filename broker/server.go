@@ -156,7 +156,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.watcher = w
-	s.warnFDLimit()
+	s.fitConnectionsToFDLimit()
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithReuseAddr(true),
