@@ -39,9 +39,22 @@ type Config struct {
 	// the transfer pins its segment file, which retention may have deleted.
 	TransferTimeout time.Duration
 
+	// Connection limits (see PROTOCOL.md section 4.6). ReadTimeout: a frame whose first byte
+	// arrived must be complete within it, else TIMEOUT and a close. IdleTimeout: an
+	// authenticated connection with nothing outstanding (no subscription, no FETCH waiting or
+	// being answered, no request being processed) and no frame read for this long is closed
+	// with TIMEOUT; 0 never closes one. A PING resets it.
+	ReadTimeout time.Duration
+	IdleTimeout time.Duration
+	// MaxConnections and MaxConnectionsPerAddr cap the open connections, in all and from one
+	// client IP address; a connection past either is answered TOO_MANY_CONNECTIONS and closed.
+	// Start lowers MaxConnections to three quarters of the open-file limit when that is less.
+	MaxConnections        int
+	MaxConnectionsPerAddr int
+
 	RingBytes     int   // default arena size of a transient partition
 	RingSlots     int   // default batch capacity of a transient partition
-	MaxRingMemory int64 // total ring memory of all transient topics; CREATE_TOPIC past it: RESOURCE_LIMIT
+	MaxRingMemory int64 // memory all transient topics' rings preallocate (arenas and slot indexes); CREATE_TOPIC past it: RESOURCE_LIMIT
 
 	// NoColdPrefetch sends FETCH data with sendfile even when it is not in the page cache,
 	// which blocks the event loop while the disk reads it. Only for measuring the difference.
@@ -93,6 +106,10 @@ func DefaultConfig() Config {
 		MetaPool:                PoolSize{Workers: 2, Queue: 4096},
 		ShutdownDrain:           2 * time.Second,
 		TransferTimeout:         time.Minute,
+		ReadTimeout:             30 * time.Second,
+		IdleTimeout:             10 * time.Minute,
+		MaxConnections:          10000,
+		MaxConnectionsPerAddr:   1000,
 		Logger:                  zerolog.Nop(),
 	}
 }
@@ -105,6 +122,12 @@ func (c *Config) Validate() error {
 	switch {
 	case c.TransferTimeout <= 0:
 		return fmt.Errorf("transfer timeout must be positive")
+	case c.ReadTimeout <= 0:
+		return fmt.Errorf("read timeout must be positive")
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("idle timeout must not be negative (0: never)")
+	case c.MaxConnections < 1 || c.MaxConnectionsPerAddr < 1:
+		return fmt.Errorf("max connections and max connections per address must be at least 1")
 	case c.EventLoops < 0:
 		return fmt.Errorf("event loops must not be negative")
 	case c.DataDir == "":

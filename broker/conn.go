@@ -117,6 +117,13 @@ type conn struct {
 	xferBlocked    bool         // a copied transfer stopped at the high-water mark
 	inWrite        bool         // a DELIVER writev is in progress (OnClose may run inside it)
 	xferProgress   atomic.Int64 // unix ns of the transfer's last progress; read by the ticker
+
+	// Read and idle timeouts (limits.go): when the loop began waiting for the rest of a frame,
+	// and since when the connection has been idle (zero: not so; a frame read restarts both).
+	// timeoutAt is the earlier deadline in unix ns (0: none), read by the ticker.
+	partialSince time.Time
+	idleSince    time.Time
+	timeoutAt    atomic.Int64
 }
 
 // pendingAck is a PRODUCE answer that waited for an fsync.
@@ -363,6 +370,7 @@ func (c *conn) readFrames() {
 			return
 		}
 		if c.produceDirect(size) {
+			c.frameRead()
 			continue
 		}
 		frame, err := c.gc.Peek(size)
@@ -377,6 +385,7 @@ func (c *conn) readFrames() {
 		}
 		c.handle(h, body)
 		c.discard(size)
+		c.frameRead()
 	}
 	// Input is kept while frames are not read, and gnet keeps reading: bound it.
 	if (c.paused || c.readBlocked) && !c.failing() {

@@ -49,7 +49,7 @@ type Server struct {
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
 	adminMu    sync.Mutex // serialises topic and user changes
-	ringMemory int64      // under adminMu: ring bytes preallocated by live topics
+	ringMemory int64      // under adminMu: memory the rings of live topics preallocated (ring.Memory)
 
 	topics atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
 	users  atomic.Pointer[map[string]meta.User]
@@ -62,13 +62,20 @@ type Server struct {
 	stopping atomic.Bool
 	stopOnce sync.Once
 
-	connsMu   sync.Mutex          // guards the four sets below; a leaf (see doc.go)
-	conns     map[*conn]struct{}  // every open connection, for shutdown
+	connsMu   sync.Mutex          // guards the sets below; a leaf (see doc.go)
+	conns     map[*conn]struct{}  // every open connection, for shutdown and the timeouts
+	perAddr   map[string]int      // open connections per client IP (Config.MaxConnectionsPerAddr)
 	stalled   map[*conn]struct{}  // connections waiting for their socket to drain
 	preauth   map[*conn]time.Time // unauthenticated connections and their deadlines
 	transfers map[*conn]struct{}  // connections sending a FETCH response
 	tickKick  chan struct{}       // cap 1: a connection stalled, tick now and then often
 	lastCheck time.Time           // ticker goroutine only: when deadlines were last checked
+
+	timeoutScan     time.Duration // how often the ticker looks for read and idle timeouts
+	lastTimeoutScan time.Time     // ticker goroutine only
+
+	refusalLogNext   atomic.Int64 // unix ns before which refused connections are not logged
+	refusalsUnlogged atomic.Int64 // refused connections not logged since the last line
 }
 
 // New opens the data directory, loads topics and credentials and prepares a broker. It does
@@ -90,11 +97,13 @@ func New(cfg Config) (*Server, error) {
 		booted:    make(chan gnet.Engine, 1),
 		done:      make(chan struct{}),
 		conns:     map[*conn]struct{}{},
+		perAddr:   map[string]int{},
 		stalled:   map[*conn]struct{}{},
 		tickKick:  make(chan struct{}, 1),
 		preauth:   map[*conn]time.Time{},
 		transfers: map[*conn]struct{}{},
 	}
+	s.timeoutScan = timeoutScanInterval(&cfg)
 	// A random password per process: nobody can make the dummy check succeed (and cached).
 	dummy, err := auth.GeneratePassword()
 	if err != nil {
@@ -147,6 +156,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.watcher = w
+	s.fitConnectionsToFDLimit()
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithReuseAddr(true),
@@ -296,9 +306,15 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(wire.CodeShuttingDown, "broker is shutting down")), gnet.Close
 	}
 	s.connsMu.Lock()
-	s.conns[c] = struct{}{}
-	s.preauth[c] = c.authDeadline
+	refusal := s.admit(c) // registers c in conns unless a connection cap is reached
+	if refusal == "" {
+		s.preauth[c] = c.authDeadline
+	}
 	s.connsMu.Unlock()
+	if refusal != "" {
+		s.logRefusal(c, refusal)
+		return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(wire.CodeTooManyConnections, refusal)), gnet.Close
+	}
 	c.log.Debug().Msg("connection opened")
 	return nil, gnet.None
 }
@@ -312,7 +328,7 @@ func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
 	}
 	c.onClose()
 	s.connsMu.Lock()
-	delete(s.conns, c)
+	s.forget(c) // from conns and its address's count
 	delete(s.stalled, c)
 	delete(s.preauth, c)
 	delete(s.transfers, c)
@@ -331,12 +347,17 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	return c.onTraffic()
+	act := c.onTraffic()
+	if act == gnet.None && !c.closed() {
+		act = c.enforceTimeouts() // read and idle timeouts, judged after the turn read its input
+	}
+	return act
 }
 
 // runTicker wakes stalled connections every tickInterval while there are any, and checks
-// deadlines every deadlineInterval. It replaces gnet's ticker, which cannot be woken early:
-// a connection that stalls kicks it (see setStalled). It only calls Wake; it ends with gnet.
+// deadlines every deadlineInterval (read and idle timeouts every timeoutScan, see limits.go).
+// It replaces gnet's ticker, which cannot be woken early: a connection that stalls kicks it
+// (see setStalled). It only calls Wake; it ends with gnet.
 func (s *Server) runTicker() {
 	t := time.NewTimer(deadlineInterval)
 	defer t.Stop()
@@ -373,6 +394,10 @@ func (s *Server) tick() time.Duration {
 			if now.UnixNano()-c.xferProgress.Load() > int64(s.cfg.TransferTimeout) {
 				c.wakeNow() // onTraffic closes it
 			}
+		}
+		if now.Sub(s.lastTimeoutScan) >= s.timeoutScan {
+			s.lastTimeoutScan = now
+			s.wakeTimedOut(now)
 		}
 	}
 	if len(s.stalled) > 0 {

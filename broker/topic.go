@@ -101,12 +101,12 @@ func (p *partition) wakeAll() {
 	}
 }
 
-// ringMemory is the arena memory the topic's rings preallocated.
+// ringMemory is the memory the topic's rings preallocated: arenas and slot indexes.
 func (t *topic) ringMemory() int64 {
 	var n int64
 	for _, p := range t.parts {
 		if p.ring != nil {
-			n += int64(p.ring.ArenaBytes())
+			n += p.ring.Memory()
 		}
 	}
 	return n

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/ring"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -57,6 +58,9 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	case m.User == s.cfg.AdminUser:
 		return answer(wire.CodeInvalidRequest, "the admin user cannot be a topic user")
 	}
+	if err := uniqueOptions(m.Options); err != nil {
+		return err
+	}
 	mt := meta.Topic{Name: m.Name, Kind: m.Kind, Partitions: int(m.Partitions), User: m.User, Options: m.Options, CreatedAt: time.Now().UTC()}
 	shape, err := s.parseTopicOptions(mt)
 	if err != nil {
@@ -68,7 +72,8 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		return answer(wire.CodeTopicExists, "topic %q exists", m.Name)
 	}
 	if need := shape.memory(mt); s.ringMemory+need > s.cfg.MaxRingMemory {
-		return answer(wire.CodeResourceLimit, "topic needs %d bytes of ring memory; %d of %d in use", need, s.ringMemory, s.cfg.MaxRingMemory)
+		return answer(wire.CodeResourceLimit, "topic needs %d bytes of ring memory (%d partitions x (%d-byte ring + %d slots x %d bytes)); %d of the broker's %d are in use",
+			need, mt.Partitions, shape.ringBytes, ring.Slots(shape.ringSlots), ring.SlotBytes, s.ringMemory, s.cfg.MaxRingMemory)
 	}
 	user, userExists := (*s.users.Load())[m.User]
 	if userExists {
@@ -102,6 +107,21 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	return nil
 }
 
+// uniqueOptions refuses an option key given twice: which one counts would be a guess, and
+// the topic keeps its options (in memory and in the metadata file), so repeats would let one
+// CREATE_TOPIC store 64 times the longest value. Only new topics are checked: a topic
+// persisted with repeats still loads (the last one counts).
+func uniqueOptions(opts []wire.Option) error {
+	for i, o := range opts {
+		for _, earlier := range opts[:i] {
+			if earlier.Key == o.Key {
+				return answer(wire.CodeInvalidRequest, "topic option %q is given more than once", o.Key)
+			}
+		}
+	}
+	return nil
+}
+
 // maxTopics bounds the number of topics (each transient partition preallocates its ring).
 const maxTopics = 10000
 
@@ -126,12 +146,15 @@ type topicShape struct {
 	durable              durableShape // durable
 }
 
-// memory is the ring memory a topic of this shape preallocates.
+// memory is the memory a topic of this shape preallocates, which CREATE_TOPIC counts against
+// Config.MaxRingMemory: for a transient topic, each partition's ring arena and slot index
+// (ring.Memory). A durable topic preallocates nothing its options size: its in-memory
+// indexes grow with the data stored (about 24 bytes per 4 KiB, whatever segment.bytes says).
 func (sh topicShape) memory(mt meta.Topic) int64 {
 	if mt.Kind != wire.KindTransient {
 		return 0
 	}
-	return int64(sh.ringBytes) * int64(mt.Partitions)
+	return ring.Memory(sh.ringBytes, sh.ringSlots) * int64(mt.Partitions)
 }
 
 // parseTopicOptions validates a topic's options against the broker's limits.

@@ -47,6 +47,8 @@ const (
 	CodeResourceLimit       Code = 24 // too many subscriptions or topics
 	CodeNotProtocol         Code = 25 // the peer does not speak LightQ (HTTP, TLS, ...); fatal
 	CodeTooMuchInput        Code = 26 // input piled up while a request held the connection; fatal
+	CodeTimeout             Code = 27 // a frame not completed in time, or an idle connection; fatal
+	CodeTooManyConnections  Code = 28 // the broker's or the client address's connection cap; fatal
 )
 
 type codeInfo struct {
@@ -81,6 +83,8 @@ var codeTable = map[Code]codeInfo{
 	CodeResourceLimit:       {"RESOURCE_LIMIT", false},
 	CodeNotProtocol:         {"NOT_PROTOCOL", true},
 	CodeTooMuchInput:        {"TOO_MUCH_INPUT", true},
+	CodeTimeout:             {"TIMEOUT", true},
+	CodeTooManyConnections:  {"TOO_MANY_CONNECTIONS", true},
 }
 
 func (c Code) String() string {

@@ -279,18 +279,19 @@ func TestOpNames(t *testing.T) {
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 26 {
-		t.Fatalf("%d codes, want 26", len(codes))
+	if len(codes) != 28 {
+		t.Fatalf("%d codes, want 28", len(codes))
 	}
 	for i, c := range codes {
 		if c != wire.Code(i+1) {
-			t.Fatalf("Codes()[%d] = %d: codes must be 1..26 without gaps", i, c)
+			t.Fatalf("Codes()[%d] = %d: codes must be 1..28 without gaps", i, c)
 		}
 	}
 	fatal := map[wire.Code]bool{
 		wire.CodeMalformedFrame: true, wire.CodeUnsupportedVersion: true, wire.CodeFrameTooLarge: true,
 		wire.CodeAuthTimeout: true, wire.CodeTooManyAttempts: true, wire.CodeShuttingDown: true,
-		wire.CodeNotProtocol: true, wire.CodeTooMuchInput: true,
+		wire.CodeNotProtocol: true, wire.CodeTooMuchInput: true, wire.CodeTimeout: true,
+		wire.CodeTooManyConnections: true,
 	}
 	for _, c := range codes {
 		if c.Fatal() != fatal[c] {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/lightq/lightq/wire"
 )
@@ -51,18 +52,37 @@ type Ring struct {
 	tailMsg  atomic.Uint64 // message sequence number of the oldest message still held
 }
 
+// SlotBytes is the memory one entry of a ring's batch index takes (72 bytes on 64-bit
+// platforms): a ring of n slots preallocates n times this beside its arena.
+const SlotBytes = int64(unsafe.Sizeof(slot{}))
+
 // New returns a ring with an arena of arenaBytes and room for slots batches (rounded up to a
-// power of two). Both are allocated here, once.
+// power of two, see Slots). Both are allocated here, once: Memory(arenaBytes, slots) bytes.
 func New(arenaBytes, slots int) *Ring {
+	n := Slots(slots)
+	return &Ring{arena: make([]byte, arenaBytes), slots: make([]slot, n), mask: uint64(n - 1)}
+}
+
+// Slots is the number of slots New allocates when asked for slots: the next power of two.
+func Slots(slots int) int {
 	n := 1
 	for n < slots {
 		n <<= 1
 	}
-	return &Ring{arena: make([]byte, arenaBytes), slots: make([]slot, n), mask: uint64(n - 1)}
+	return n
+}
+
+// Memory is what New(arenaBytes, slots) preallocates: the arena plus the slot index. A broker
+// that caps ring memory counts this, so that neither option escapes the cap.
+func Memory(arenaBytes, slots int) int64 {
+	return int64(arenaBytes) + int64(Slots(slots))*SlotBytes
 }
 
 // ArenaBytes is the size of the ring's preallocated arena.
 func (r *Ring) ArenaBytes() int { return len(r.arena) }
+
+// Memory is what the ring preallocated (see the function Memory).
+func (r *Ring) Memory() int64 { return Memory(len(r.arena), len(r.slots)) }
 
 // MaxBatch is the largest batch Append accepts.
 func (r *Ring) MaxBatch() int { return len(r.arena) / 2 }

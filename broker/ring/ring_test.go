@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -246,5 +247,30 @@ func TestReserveCommitAbort(t *testing.T) {
 	}
 	if _, err := r.Append(makeBatch(t, 3, 1, 20), 1); err != nil { // the ring is not left locked
 		t.Fatal(err)
+	}
+}
+
+// TestMemoryIsWhatNewAllocates: Memory, which the broker counts against its ring-memory cap,
+// matches the heap New takes, slot index included (a page of slack for the allocator's
+// size classes and the Ring struct).
+func TestMemoryIsWhatNewAllocates(t *testing.T) {
+	for _, tc := range []struct{ arena, slots int }{{1 << 20, 1000}, {2 << 20, 1 << 16}, {64 << 10, 3}} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		r := New(tc.arena, tc.slots)
+		runtime.ReadMemStats(&after)
+		got := int64(after.TotalAlloc - before.TotalAlloc)
+		want := Memory(tc.arena, tc.slots)
+		if r.Memory() != want {
+			t.Errorf("New(%d, %d).Memory() = %d, Memory = %d", tc.arena, tc.slots, r.Memory(), want)
+		}
+		if got < want || got > want+16<<10 {
+			t.Errorf("New(%d, %d) allocated %d bytes; Memory says %d", tc.arena, tc.slots, got, want)
+		}
+		runtime.KeepAlive(r)
+	}
+	if got := Memory(0, 1<<19+1); got != 1<<20*SlotBytes {
+		t.Errorf("Memory(0, 2^19+1) = %d, want 2^20 slots of %d bytes: slots round up to a power of two", got, SlotBytes)
 	}
 }

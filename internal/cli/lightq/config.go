@@ -43,6 +43,12 @@ var confHelp = map[string]string{
 	"hash-params":      "argon2id parameters for new credential hashes",
 	"shutdown-drain":   "time to flush output on shutdown",
 	"transfer-timeout": "close a connection whose FETCH response makes no progress for this long",
+
+	// Connection limits.
+	"read-timeout":             "close a connection that leaves a started frame incomplete for this long",
+	"idle-timeout":             "close an authenticated connection with nothing outstanding after this long (0 = never)",
+	"max-connections":          "open connections in all; more are refused",
+	"max-connections-per-addr": "open connections from one client IP address; more are refused",
 }
 
 // layerSettings overlays settings, the embedded defaults, with the --config file (when
@@ -140,6 +146,10 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	}
 	cfg.ShutdownDrain = dur("shutdown-drain")
 	cfg.TransferTimeout = dur("transfer-timeout")
+	cfg.ReadTimeout = dur("read-timeout")
+	cfg.IdleTimeout = dur("idle-timeout")
+	cfg.MaxConnections = num("max-connections")
+	cfg.MaxConnectionsPerAddr = num("max-connections-per-addr")
 	p, err := parseHashParams(set["hash-params"])
 	if err != nil {
 		errs = append(errs, err)
