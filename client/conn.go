@@ -49,6 +49,12 @@ type Options struct {
 	// Buffer sizes of the socket reader and writer. Default 64 KiB each.
 	WriteBufferSize, ReadBufferSize int
 
+	// KeepAlive is how long the connection may send nothing before the client sends a PING,
+	// so that the broker's idle timeout (PROTOCOL.md 4.6; 10 minutes by default) does not
+	// close a connection the application still holds, such as a producer between bursts.
+	// Default 1 minute; negative: never.
+	KeepAlive time.Duration
+
 	// Logger receives events that no caller is waiting for (an ERROR frame nobody can be
 	// given, a DELIVER for an unknown subscription). Nil logs nothing.
 	Logger *slog.Logger
@@ -60,6 +66,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 30 * time.Second
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = time.Minute
 	}
 	if o.WriteBufferSize <= 0 {
 		o.WriteBufferSize = 64 << 10
@@ -83,9 +92,11 @@ type Conn struct {
 	corr     atomic.Uint32
 
 	// wmu guards the buffered writer; whoever holds it writes whole frames only.
-	wmu  sync.Mutex
-	bw   *bufio.Writer
-	whdr [wire.HeaderSize]byte
+	wmu sync.Mutex
+	// writes counts the frames written (under wmu), so keepAlive can tell an idle connection.
+	writes uint64
+	bw     *bufio.Writer
+	whdr   [wire.HeaderSize]byte
 
 	// mu guards everything below.
 	mu      sync.Mutex
@@ -153,7 +164,38 @@ func dial(ctx context.Context, opts Options, open func(context.Context) (net.Con
 		c.Close()
 		return nil, err
 	}
+	if opts.KeepAlive > 0 {
+		go c.keepAlive(opts.KeepAlive)
+	}
 	return c, nil
+}
+
+// keepAlive sends a PING whenever a whole interval passed without a frame written, until the
+// connection fails or closes. A failed PING needs no handling here: it fails the connection,
+// which every caller then sees.
+func (c *Conn) keepAlive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := uint64(0)
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		c.wmu.Lock()
+		n := c.writes
+		c.wmu.Unlock()
+		if n == last {
+			ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+			_, _ = c.Ping(ctx) // a failure fails the connection (see above)
+			cancel()
+			c.wmu.Lock()
+			n = c.writes
+			c.wmu.Unlock()
+		}
+		last = n
+	}
 }
 
 func newConn(nc net.Conn, opts Options) *Conn {
@@ -356,6 +398,7 @@ func (c *Conn) endWrite(werr error, flush flushMode) error {
 	if werr == nil && flush == flushNow {
 		werr = c.bw.Flush()
 	}
+	c.writes++
 	c.wmu.Unlock()
 	if werr != nil {
 		c.fail(lost(werr))

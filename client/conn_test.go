@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lightq/lightq/client"
@@ -255,4 +256,37 @@ func TestFatalConnectionError(t *testing.T) {
 	if !errors.Is(c.Err(), &wire.Error{Code: wire.CodeShuttingDown}) || !errors.Is(c.Err(), client.ErrConnectionLost) {
 		t.Fatalf("Err = %v", c.Err())
 	}
+}
+
+// An idle connection sends a PING once per KeepAlive, so the broker's idle timeout does not
+// close it; a connection that sends requests sends no PING.
+func TestKeepAlivePingsOnlyWhenIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		c, err := client.DialOver(testCtx(t), fb.Pipe(), client.Options{User: fakeUser, Password: fakePass, KeepAlive: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		pings := func() (n int) {
+			synctest.Wait()
+			fb.get(func(fb *fakeBroker) { n = fb.pings })
+			return n
+		}
+		// Busy: a request every 30 s for 5 minutes.
+		for range 10 {
+			time.Sleep(30 * time.Second)
+			if _, err := c.Metadata(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := pings(); n != 0 {
+			t.Fatalf("%d PINGs on a connection that sent a request every 30 s", n)
+		}
+		// Idle for 3.5 intervals: the first tick may still see the last request.
+		time.Sleep(3*time.Minute + 30*time.Second)
+		if n := pings(); n < 2 || n > 3 {
+			t.Fatalf("%d PINGs in 3.5 idle minutes with KeepAlive 1m, want 2 or 3", n)
+		}
+	})
 }

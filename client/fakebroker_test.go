@@ -42,6 +42,7 @@ type fakeBroker struct {
 	nextDropped  uint64
 	violation    string // first credit-window violation seen
 	credits      int    // CREDIT frames received
+	pings        int    // PING frames received
 	unsubscribes int
 	delivered    int64 // bytes of batches pushed
 	// fetchAnswer, when set, serves FETCH (the body it returns) and LIST_OFFSETS (offset 0)
@@ -332,6 +333,7 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 		resp := wire.AuthResponse{Role: wire.RoleAdmin}
 		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
 	case wire.OpPing:
+		fc.fb.set(func(fb *fakeBroker) { fb.pings++ })
 		fc.reply(h.Op, h.Corr, nil)
 	case wire.OpCreateTopic:
 		var m wire.CreateTopic
