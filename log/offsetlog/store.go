@@ -174,7 +174,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Budget != nil {
 		opts.Budget.used.Add(int64(len(s.entries))) // already stored: held even past the cap
 	}
-	s.compactAt = max(opts.CompactMin, int64(opts.CompactFactor)*s.size)
+	// Measured against the live state, not the file: a log replayed at its largest is
+	// compacted by its first write.
+	s.compactAt = max(opts.CompactMin, int64(opts.CompactFactor)*s.snapshotSize())
 	return s, nil
 }
 
@@ -362,4 +364,14 @@ func (s *Store) apply(b *batch, err error) {
 	if s.opts.Budget != nil && released > 0 {
 		s.opts.Budget.release(released)
 	}
+}
+
+// snapshotSize is about the size of a snapshot of the entries: the header and their
+// records (frame headers aside). Only the syncer, or Open, calls it.
+func (s *Store) snapshotSize() int64 {
+	n := int64(headerSize)
+	for k := range s.entries {
+		n += int64(recordSize(k.group))
+	}
+	return n
 }
