@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/lightq/lightq/wire"
