@@ -46,22 +46,25 @@
 //
 // A frame is valid when its length fits, its CRC matches and its records section is a whole
 // number of valid records. Zeroed space is never a valid frame (length 0), so it reads as
-// the end. The CRC is per frame, not per record, because a frame is the unit that is
-// written (and torn) at once: a record is trusted only if all of its write arrived.
+// the end: the file is preallocated with zeros (written and fsynced, 64 KiB at first and
+// twice as much each time up to 8 MiB), and frames overwrite them, so an append changes no
+// file size and fdatasync needs no journal commit. The CRC is per frame, not per record,
+// because a frame is the unit that is written (and torn) at once: a record is trusted only
+// if all of its write arrived.
 //
 // # Durability
 //
 // Commit appends the record to the pending frame in memory and returns; the store's syncer
 // goroutine (started when a commit finds none running, gone when nothing is pending) takes
-// the whole pending frame, writes it at the end of the log, fsyncs, makes its commits
+// the whole pending frame, writes it at the end of the log, fdatasyncs, makes its commits
 // visible to Get, and calls their done functions. A commit is answered only after its
 // frame's fsync, and the next frame is written only after the previous fsync returned, so
 // after a crash only the last frame can be incomplete. A failed fsync makes the store
 // refuse commits (ErrBroken) until it is opened again: the kernel may have dropped the
 // dirty pages. A failed write is truncated away and fails only its frame.
 //
-// When the log is larger than CompactFactor (4) times its size after the last compaction
-// (and than CompactMin, 1 MiB), the syncer writes the live entries as a new log to
+// When the log is larger than CompactFactor (4) times the live state (and than
+// CompactMin, 16 MiB), the syncer writes the live entries as a new log to
 // offsets.log.tmp, fsyncs it, renames it over offsets.log and fsyncs the directory; a crash
 // leaves one of two whole files, each holding every acknowledged commit. So the file stays
 // within a constant factor of the state, and so does replay.
@@ -69,10 +72,11 @@
 // # Recovery (Open)
 //
 // The header must be valid (the file appears only by a rename after it was fsynced), else
-// ErrCorrupt. Frames are replayed until the first invalid one, at byte p. If a valid frame
-// starts anywhere after p, the damage is in data that was written whole: ErrCorrupt naming
-// the file and p, and nothing is changed (an operator decides). Otherwise the tail from p is
-// an unfinished write: it is copied to offsets.log.broken.<nanos> (fsynced), the log is
+// ErrCorrupt. Frames are replayed until the first invalid one, at byte p. If only zeros
+// follow, that is the preallocated end. If a valid frame starts anywhere after p, the
+// damage is in data that was written whole: ErrCorrupt naming the file and p, and nothing
+// is changed (an operator decides). Otherwise the tail from p is an unfinished write: it is
+// copied (without its trailing zeros) to offsets.log.broken.<nanos> (fsynced), the log is
 // truncated to p, and the file and directory are fsynced.
 //
 // If the directory holds no offsets.log, Options.Legacy (the broker's reader of the old

@@ -1,6 +1,7 @@
 package offsetlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -34,21 +35,33 @@ func (s *Store) recover(f vfs.File) error {
 	end := headerSize + decodeFrames(data[headerSize:], func(group []byte, partition uint32, offset int64) {
 		s.entries[key{string(group), partition}] = offset
 	})
-	if end < len(data) {
-		tail := data[end:]
-		if validFrameAfter(tail) {
-			clear(s.entries)
-			return fmt.Errorf("%w: %s: invalid frame at byte %d, followed by valid ones", ErrCorrupt, s.path, end)
-		}
-		if err := s.cutTail(f, int64(end), tail); err != nil {
-			return err
-		}
+	s.f, s.size, s.alloc = f, int64(end), int64(len(data))
+	tail := data[end:]
+	if allZero(tail) {
+		return nil // preallocated space: the clean end
 	}
-	s.f, s.size = f, int64(end)
+	if validFrameAfter(tail) {
+		clear(s.entries)
+		return fmt.Errorf("%w: %s: invalid frame at byte %d, followed by valid ones", ErrCorrupt, s.path, end)
+	}
+	if err := s.cutTail(f, int64(end), bytes.TrimRight(tail, "\x00")); err != nil {
+		return err
+	}
+	s.alloc = int64(end)
 	return nil
 }
 
-// cutTail saves the torn tail to a .broken file, then truncates the log to end, durably.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// cutTail saves the torn tail (without the preallocated zeros after it) to a .broken file,
+// then truncates the log to end, durably.
 func (s *Store) cutTail(f vfs.File, end int64, tail []byte) error {
 	broken := s.path + brokenSuffix + strconv.FormatInt(time.Now().UnixNano(), 10)
 	bf, err := s.fs.OpenFile(broken, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -137,7 +150,7 @@ func (s *Store) writeSnapshot() error {
 	if s.f != nil {
 		s.f.Close()
 	}
-	s.f, s.size = f, pos
+	s.f, s.size, s.alloc, s.chunk = f, pos, pos, 0
 	return nil
 }
 

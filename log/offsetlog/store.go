@@ -77,7 +77,9 @@ type Options struct {
 	Legacy func(add func(Entry)) error
 
 	// The log is compacted once it is larger than CompactFactor times its size after the
-	// previous compaction, and larger than CompactMin. Defaults: 4 and 1 MiB.
+	// previous compaction, and larger than CompactMin. Defaults: 4 and 16 MiB (compaction
+	// rewrites the file and fsyncs the directory, which delays other topics' fsyncs: it
+	// should be rare).
 	CompactFactor int
 	CompactMin    int64
 
@@ -108,7 +110,9 @@ type Store struct {
 
 	// Owned by the syncer goroutine (by Open and Close while none runs).
 	f         vfs.File
-	size      int64 // bytes of f that hold whole frames
+	size      int64 // bytes of f that hold whole frames; zeros (preallocated) follow
+	alloc     int64 // the file's size: size plus the preallocated zeros
+	chunk     int64 // the last preallocation step (0 after open and compaction)
 	compactAt int64
 	spare     *batch
 }
@@ -143,7 +147,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts.CompactFactor = 4
 	}
 	if opts.CompactMin <= 0 {
-		opts.CompactMin = 1 << 20
+		opts.CompactMin = 16 << 20
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -320,20 +324,63 @@ func (s *Store) syncer() {
 	}
 }
 
-// write appends one frame and fsyncs it. A failed write is undone (truncated) and fails only
-// its batch; a failed fsync breaks the store.
+// write appends one frame into the preallocated space (extending it first if needed) and
+// makes it durable with fdatasync. A failed write is undone and fails only its batch; a
+// failed fsync breaks the store.
 func (s *Store) write(frame []byte) error {
 	sealFrame(frame)
+	if end := s.size + int64(len(frame)); end > s.alloc {
+		if err := s.preallocate(end); err != nil {
+			return err
+		}
+	}
 	if _, err := s.f.WriteAt(frame, s.size); err != nil {
-		if terr := s.f.Truncate(s.size); terr != nil {
-			return fmt.Errorf("%w: %s: write: %v; truncate: %v", ErrBroken, s.path, err, terr)
+		// Put the zeros back, so that what follows the log is still its clean end.
+		if _, zerr := s.f.WriteAt(zeros[:len(frame)], s.size); zerr != nil {
+			return fmt.Errorf("%w: %s: write: %v; undoing it: %v", ErrBroken, s.path, err, zerr)
 		}
 		return fmt.Errorf("%s: write: %w", s.path, err)
+	}
+	if err := datasync(s.f); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBroken, s.path, err)
+	}
+	s.size += int64(len(frame))
+	return nil
+}
+
+// zeros is what preallocated space is filled with.
+var zeros [frameHeaderSize + MaxFrameBody]byte
+
+// Preallocation steps: the first after an open or compaction is minPrealloc, each next one
+// twice the previous, up to maxPrealloc. So a quiet topic holds 64 KiB of zeros, and a flood
+// pays one metadata fsync (and journal commit, which other topics' fsyncs may wait for) per
+// 8 MiB of commits.
+const (
+	minPrealloc = 64 << 10
+	maxPrealloc = 8 << 20
+)
+
+// preallocate writes zeros from the file's end until it holds at least end bytes (one
+// preallocation step more), and fsyncs it, size included. Appends then overwrite zeros
+// without changing the file's size. A failure truncates the file back and fails only the
+// batch that needed the room (a full disk, typically).
+func (s *Store) preallocate(end int64) error {
+	s.chunk = min(max(2*s.chunk, minPrealloc), maxPrealloc)
+	to := max(end, s.alloc+s.chunk)
+	for pos := s.alloc; pos < to; {
+		n, err := s.f.WriteAt(zeros[:min(int64(len(zeros)), to-pos)], pos)
+		pos += int64(n)
+		if err != nil {
+			if terr := s.f.Truncate(s.alloc); terr != nil {
+				return fmt.Errorf("%w: %s: preallocating: %v; truncate: %v", ErrBroken, s.path, err, terr)
+			}
+			return fmt.Errorf("%s: preallocating: %w", s.path, err)
+		}
 	}
 	if err := s.f.Sync(); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrBroken, s.path, err)
 	}
-	s.size += int64(len(frame))
+	s.alloc = to
 	return nil
 }
 
