@@ -113,8 +113,8 @@ func TestCommitFlood(t *testing.T) {
 	// Issue 9 asks for under 2x the idle p99. On a 2-core VM whose disk other processes
 	// also fsync to, a flood at full speed (about 100,000 commits/s, both cores busy)
 	// measured 3-5x (idle 1-5 ms, flood 6-21 ms), so the bound allows 50 ms more, which
-	// the old store missed by far (1.77 s).
-	if limit := 2*p99(idle) + floodSlack; p99(during) > limit {
+	// the old store missed by far (1.77 s). Under -race timings mean nothing: only logged.
+	if limit := 2*p99(idle) + floodSlack; p99(during) > limit && !raceEnabled {
 		t.Errorf("quiet tenant's commit p99 %v during the flood, over 2x its idle p99 (%v) + %v", p99(during), p99(idle), floodSlack)
 	}
 	t.Logf("quiet tenant's p99 during the flood / idle: %.1fx", float64(p99(during))/float64(p99(idle)))

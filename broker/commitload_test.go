@@ -50,33 +50,33 @@ func dialCommitter(t testing.TB, addr, user, pass, topic string) *commitConn {
 }
 
 // readAnswer reads one frame and returns its corr id and, for an ERROR, the error.
-func (c *commitConn) readAnswer(buf []byte) (uint32, error, []byte) {
+func (c *commitConn) readAnswer(buf []byte) (uint32, []byte, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(60 * time.Second))
 	buf = slices.Grow(buf[:0], wire.HeaderSize)[:wire.HeaderSize]
 	if _, err := io.ReadFull(c.r, buf); err != nil {
-		return 0, err, buf
+		return 0, buf, err
 	}
 	n, err := wire.FrameSize(buf, 1<<20)
 	if err != nil {
-		return 0, err, buf
+		return 0, buf, err
 	}
 	buf = slices.Grow(buf, n)[:n]
 	if _, err := io.ReadFull(c.r, buf[wire.HeaderSize:]); err != nil {
-		return 0, err, buf
+		return 0, buf, err
 	}
 	h, body, err := wire.ParseFrame(buf)
 	if err != nil {
-		return 0, err, buf
+		return 0, buf, err
 	}
 	if h.Op == wire.OpError {
 		var eb wire.ErrorBody
 		_ = eb.Decode(body)
-		return h.Corr, &wire.Error{Code: eb.Code, Message: eb.Message}, buf
+		return h.Corr, buf, &wire.Error{Code: eb.Code, Message: eb.Message}
 	}
 	if h.Op != wire.OpCommitOffset {
-		return h.Corr, fmt.Errorf("answer %s to a COMMIT_OFFSET", h.Op), buf
+		return h.Corr, buf, fmt.Errorf("answer %s to a COMMIT_OFFSET", h.Op)
 	}
-	return h.Corr, nil, buf
+	return h.Corr, buf, nil
 }
 
 func (c *commitConn) appendCommit(dst []byte, corr uint32, p commitPair) []byte {
@@ -97,7 +97,7 @@ func (c *commitConn) flood(pairs []commitPair, window, n int, stop <-chan struct
 		var buf []byte
 		for {
 			var err error
-			_, err, buf = c.readAnswer(buf)
+			_, buf, err = c.readAnswer(buf)
 			acks <- err
 			var we *wire.Error
 			if err != nil && !errors.As(err, &we) {
@@ -182,12 +182,13 @@ func (c *commitConn) probe(p commitPair, max int, stop <-chan struct{}) ([]time.
 	for corr := uint32(1); len(lat) < max && !isClosed(stop); corr++ {
 		wbuf = c.appendCommit(wbuf[:0], corr, p)
 		start := time.Now()
+		_ = c.conn.SetWriteDeadline(start.Add(60 * time.Second))
 		if _, err := c.conn.Write(wbuf); err != nil {
 			return lat, err
 		}
 		var err error
 		var got uint32
-		got, err, rbuf = c.readAnswer(rbuf)
+		got, rbuf, err = c.readAnswer(rbuf)
 		if err != nil {
 			return lat, err
 		}
