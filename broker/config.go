@@ -64,7 +64,14 @@ type Config struct {
 	FetchCopy bool
 
 	MaxSubscriptionsPerConn int
-	ShutdownDrain           time.Duration
+
+	// MaxCommittedOffsetsPerTopic and MaxCommittedOffsets cap the (group, partition) pairs
+	// with a committed offset, per durable topic and in the whole broker (each costs about
+	// 100 bytes of memory plus its group name). A COMMIT_OFFSET for a new pair past either
+	// is answered RESOURCE_LIMIT; pairs already stored can always be committed again.
+	MaxCommittedOffsetsPerTopic int
+	MaxCommittedOffsets         int
+	ShutdownDrain               time.Duration
 
 	// The worker pools run what would block an event loop. A request that finds its pool's
 	// queue full is answered RESOURCE_LIMIT (retry later).
@@ -72,7 +79,7 @@ type Config struct {
 	// memory) and metadata fsyncs.
 	AuthPool PoolSize
 	IOPool   PoolSize // FETCH of data that may not be in the page cache: reads and prefetch
-	MetaPool PoolSize // COMMIT_OFFSET (an fsync each) and LIST_OFFSETS by timestamp
+	MetaPool PoolSize // LIST_OFFSETS by timestamp (COMMIT_OFFSET has its topic's own syncer)
 
 	// LoginThrottle limits failed logins (see auth.ThrottleConfig); zero fields take
 	// auth.DefaultThrottleConfig's values.
@@ -90,27 +97,29 @@ type PoolSize struct {
 // DefaultConfig returns a configuration that listens on DefaultAddr with ./data.
 func DefaultConfig() Config {
 	return Config{
-		Addr:                    DefaultAddr,
-		DataDir:                 "data",
-		AdminUser:               "admin",
-		Limits:                  wire.DefaultLimits(),
-		HashParams:              auth.DefaultParams(),
-		ReadBufferCap:           256 << 10,
-		HighWaterMark:           4 << 20,
-		RingBytes:               8 << 20,
-		RingSlots:               1024,
-		MaxRingMemory:           4 << 30,
-		MaxSubscriptionsPerConn: 1024,
-		AuthPool:                PoolSize{Workers: 2, Queue: 256},
-		IOPool:                  PoolSize{Workers: 4, Queue: 4096},
-		MetaPool:                PoolSize{Workers: 2, Queue: 4096},
-		ShutdownDrain:           2 * time.Second,
-		TransferTimeout:         time.Minute,
-		ReadTimeout:             30 * time.Second,
-		IdleTimeout:             10 * time.Minute,
-		MaxConnections:          10000,
-		MaxConnectionsPerAddr:   1000,
-		Logger:                  zerolog.Nop(),
+		Addr:                        DefaultAddr,
+		DataDir:                     "data",
+		AdminUser:                   "admin",
+		Limits:                      wire.DefaultLimits(),
+		HashParams:                  auth.DefaultParams(),
+		ReadBufferCap:               256 << 10,
+		HighWaterMark:               4 << 20,
+		RingBytes:                   8 << 20,
+		RingSlots:                   1024,
+		MaxRingMemory:               4 << 30,
+		MaxSubscriptionsPerConn:     1024,
+		MaxCommittedOffsetsPerTopic: 100_000,
+		MaxCommittedOffsets:         1_000_000,
+		AuthPool:                    PoolSize{Workers: 2, Queue: 256},
+		IOPool:                      PoolSize{Workers: 4, Queue: 4096},
+		MetaPool:                    PoolSize{Workers: 2, Queue: 4096},
+		ShutdownDrain:               2 * time.Second,
+		TransferTimeout:             time.Minute,
+		ReadTimeout:                 30 * time.Second,
+		IdleTimeout:                 10 * time.Minute,
+		MaxConnections:              10000,
+		MaxConnectionsPerAddr:       1000,
+		Logger:                      zerolog.Nop(),
 	}
 }
 
@@ -150,6 +159,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("meta pool workers and queue must be at least 1")
 	case c.MaxSubscriptionsPerConn < 1:
 		return fmt.Errorf("max subscriptions per connection must be at least 1")
+	case c.MaxCommittedOffsetsPerTopic < 1 || c.MaxCommittedOffsets < 1:
+		return fmt.Errorf("max committed offsets per topic and per broker must be at least 1")
 	}
 	return nil
 }

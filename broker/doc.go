@@ -9,8 +9,11 @@
 // protocol state is touched only there (conn's field comments say which fields are not).
 // Work that can block runs on bounded worker pools (package workpool, sized by Config):
 // argon2 credential checks and topic changes on the auth pool, cold FETCH reads on the I/O
-// pool, offset commits and LIST_OFFSETS by time on the meta pool. A job's result comes back
-// to the connection's loop through conn.complete, which queues it and wakes the loop. Each
+// pool, LIST_OFFSETS by time on the meta pool. A job's result comes back to the
+// connection's loop through conn.complete, which queues it and wakes the loop. Each durable
+// topic's committed offsets (package log/offsetlog) have a syncer goroutine, running while
+// commits are pending, that writes and fsyncs them in groups (group commit) and answers
+// them through conn.complete. Each
 // durable partition has a syncer goroutine that fsyncs and answers waiting acks through
 // conn.queueAck. The ticker goroutine (Server.runTicker) only wakes connections. Producers
 // append to a partition's ring on their own loop and wake the loops of the subscribers,
@@ -21,7 +24,7 @@
 // A lock may be taken while holding the locks before it in this list, never one after it:
 //
 //  1. Server.adminMu: serialises topic and user changes (createTopic, deleteTopic, on the
-//     auth pool). Under it: meta.Store's locks, auth.Verifier's, offsetStore's,
+//     auth pool). Under it: meta.Store's locks, auth.Verifier's, offsetlog.Store.mu,
 //     durablePart.mu and conn.mu (deleteTopic closes the logs, failing waiting acks), and
 //     the log's (opening and closing logs).
 //  2. topic.mu: the partitions' subscriber tables and queue groups. Under it: Ring.mu
@@ -32,17 +35,17 @@
 //     slot's read lock, and gnet may run OnClose inside it, which takes Server.connsMu; so
 //     OnClose must not take topic.mu there, and conn.onClose defers the release of the
 //     subscriptions until the slot is released (see conn.onClose).
-//  5. offsetStore.writeMu (serialises offset file writes, held across the fsync), then
-//     offsetStore.mu (the tables; never held across I/O, so event loops may take it).
 //
 // Leaves, under which nothing else is taken: conn.mu (completions and durable acks),
 // Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
 // gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
-// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu and meta.Store.mu. Inside package
-// log, see its package doc; the broker calls into a log holding no lock of its own except
-// adminMu. durablePart.close waits for the partition's syncer under adminMu, so the syncer
-// must never take adminMu.
+// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu and
+// offsetlog.Store.mu (one per topic, never held across I/O; commit callbacks run after it
+// is released; the topic-to-store map offsetStore.stores is copy-on-write, with no lock).
+// Inside package log, see its package doc; the broker calls into a log holding no lock of
+// its own except adminMu. durablePart.close and offsetlog.Store.Close wait for their
+// syncers under adminMu, so a syncer must never take adminMu.
 //
 // Example:
 //

@@ -7,186 +7,171 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
+	"strings"
+	"sync/atomic"
 
+	"github.com/lightq/lightq/log/offsetlog"
 	"github.com/lightq/lightq/wire"
 )
 
-// maxGroupsPerTopic bounds the committed-offset table of one topic.
-const maxGroupsPerTopic = 10000
-
-// offsetStore keeps consumer groups' committed offsets, one file per durable topic
-// (data/topics/<topic>/offsets.json), rewritten atomically on every commit: temp file, fsync,
-// rename, fsync of the directory. Commits run on the I/O pool, never on an event loop.
+// offsetStore keeps consumer groups' committed offsets: one offsetlog.Store per durable
+// topic (data/topics/<topic>/offsets.log, see package offsetlog), found through a
+// copy-on-write map, so a commit takes no lock shared with other topics: it appends to its
+// topic's pending frame and returns, and the topic's syncer answers it after the fsync
+// (group commit). The (group, partition) pairs are capped per topic and, through a shared
+// offsetlog.Budget, per broker (Config.MaxCommittedOffsetsPerTopic, MaxCommittedOffsets).
 //
-// Concurrency: all methods are safe for concurrent use. mu guards the tables; writeMu
-// serialises file writes per store (commits are rare next to messages).
+// Concurrency: lookup is lock-free and safe anywhere. load, create, drop and close change
+// the map; they run at start, under Server.adminMu, or at shutdown, so never two at once.
 type offsetStore struct {
-	dataDir string
+	dataDir     string
+	maxPerTopic int
+	budget      *offsetlog.Budget
+	logf        func(format string, args ...any)
 
-	mu     sync.Mutex
-	topics map[string]map[string]map[uint32]int64 // topic -> group -> partition -> next offset
-	gone   map[string]bool                        // deleted topics: late commits are refused
-
-	writeMu sync.Mutex
+	stores atomic.Pointer[map[string]*topicOffsets] // copy on write
 }
 
-func newOffsetStore(dataDir string) *offsetStore {
-	return &offsetStore{dataDir: dataDir, topics: map[string]map[string]map[uint32]int64{}, gone: map[string]bool{}}
+// topicOffsets is one durable topic's committed offsets. err is set when the store could not
+// be opened (its file is damaged): the topic's commits and FETCH_COMMITTED answer
+// STORAGE_ERROR and the files are left for an operator.
+type topicOffsets struct {
+	st  *offsetlog.Store
+	err error
 }
 
-func (o *offsetStore) path(topic string) string {
-	return filepath.Join(o.dataDir, "topics", topic, "offsets.json")
+func newOffsetStore(dataDir string, maxPerTopic, maxTotal int, logf func(string, ...any)) *offsetStore {
+	o := &offsetStore{dataDir: dataDir, maxPerTopic: maxPerTopic, budget: offsetlog.NewBudget(int64(maxTotal)), logf: logf}
+	o.stores.Store(&map[string]*topicOffsets{})
+	return o
 }
 
-// offsetFile is the on-disk form.
-type offsetFile struct {
+func (o *offsetStore) dir(topic string) string { return filepath.Join(o.dataDir, "topics", topic) }
+
+// legacyFileName is the offsets file of format 1 (JSON, rewritten on every commit), read
+// to migrate a topic that has no offsets log yet.
+const legacyFileName = "offsets.json"
+
+// legacyFile is the on-disk form of offsets.json.
+type legacyFile struct {
 	FormatVersion int                         `json:"format_version"`
 	Groups        map[string]map[string]int64 `json:"groups"` // group -> partition (decimal) -> offset
 }
 
-// load reads a topic's committed offsets at start. A missing file is an empty table.
-func (o *offsetStore) load(topic string) error {
-	data, err := os.ReadFile(o.path(topic))
+// readLegacy hands the entries of a topic's offsets.json to add. A missing file has none.
+func readLegacy(path string, add func(offsetlog.Entry)) error {
+	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var f offsetFile
+	var f legacyFile
 	if err := json.Unmarshal(data, &f); err != nil || f.FormatVersion != 1 {
-		return fmt.Errorf("%s: not a valid offsets file (%v)", o.path(topic), err)
+		return fmt.Errorf("%s: not a valid offsets file (%v)", path, err)
 	}
-	groups := map[string]map[uint32]int64{}
 	for g, parts := range f.Groups {
-		groups[g] = map[uint32]int64{}
 		for ps, off := range parts {
 			p, err := strconv.ParseUint(ps, 10, 32)
 			if err != nil {
-				return fmt.Errorf("%s: bad partition %q", o.path(topic), ps)
+				return fmt.Errorf("%s: bad partition %q", path, ps)
 			}
-			groups[g][uint32(p)] = off
+			add(offsetlog.Entry{Group: g, Partition: uint32(p), Offset: off})
 		}
-	}
-	o.mu.Lock()
-	o.topics[topic] = groups
-	o.mu.Unlock()
-	return nil
-}
-
-// get returns the group's committed offset for a partition, or -1.
-func (o *offsetStore) get(topic, group string, partition uint32) int64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if off, ok := o.topics[topic][group][partition]; ok {
-		return off
-	}
-	return -1
-}
-
-// commit records and persists an offset. Blocking (fsync): call it from a worker.
-func (o *offsetStore) commit(topic, group string, partition uint32, offset int64) error {
-	o.writeMu.Lock()
-	defer o.writeMu.Unlock()
-	o.mu.Lock()
-	if o.gone[topic] {
-		o.mu.Unlock()
-		return answer(wire.CodeUnknownTopic, "topic %q was deleted", topic)
-	}
-	groups := o.topics[topic]
-	if groups == nil {
-		groups = map[string]map[uint32]int64{}
-		o.topics[topic] = groups
-	}
-	if groups[group] == nil {
-		if len(groups) >= maxGroupsPerTopic {
-			o.mu.Unlock()
-			return answer(wire.CodeResourceLimit, "topic %q has %d consumer groups, the limit", topic, maxGroupsPerTopic)
-		}
-		groups[group] = map[uint32]int64{}
-	}
-	prev, had := groups[group][partition]
-	groups[group][partition] = offset
-	f := offsetFile{FormatVersion: 1, Groups: map[string]map[string]int64{}}
-	for g, parts := range groups {
-		f.Groups[g] = map[string]int64{}
-		for p, off := range parts {
-			f.Groups[g][strconv.FormatUint(uint64(p), 10)] = off
-		}
-	}
-	o.mu.Unlock()
-	data, err := json.MarshalIndent(&f, "", "  ")
-	if err == nil {
-		err = writeFileAtomic(o.path(topic), data)
-	}
-	if err != nil {
-		o.mu.Lock()
-		if had {
-			groups[group][partition] = prev
-		} else {
-			delete(groups[group], partition)
-		}
-		o.mu.Unlock()
-		return err
 	}
 	return nil
 }
 
-// drop forgets a deleted topic's offsets (its directory goes with it).
+// open opens (recovering, or migrating from offsets.json) a topic's store. It blocks on
+// I/O: at start, or on the auth pool.
+func (o *offsetStore) open(topic string) *topicOffsets {
+	dir := o.dir(topic)
+	st, err := offsetlog.Open(dir, offsetlog.Options{
+		MaxEntries: o.maxPerTopic,
+		Budget:     o.budget,
+		Legacy: func(add func(offsetlog.Entry)) error {
+			return readLegacy(filepath.Join(dir, legacyFileName), add)
+		},
+		Logf: func(format string, args ...any) { o.logf("topic "+strconv.Quote(topic)+": "+format, args...) },
+	})
+	return &topicOffsets{st: st, err: err}
+}
+
+func (o *offsetStore) publish(topic string, to *topicOffsets) {
+	old := *o.stores.Load()
+	m := make(map[string]*topicOffsets, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	if to == nil {
+		delete(m, topic)
+	} else {
+		m[topic] = to
+	}
+	o.stores.Store(&m)
+}
+
+// load opens a durable topic's store at start. An error (a damaged file) is also kept: that
+// topic's offset requests answer STORAGE_ERROR.
+func (o *offsetStore) load(topic string) error {
+	to := o.open(topic)
+	o.publish(topic, to)
+	return to.err
+}
+
+// create opens the store of a durable topic being created (under adminMu, on the auth pool).
+func (o *offsetStore) create(topic string) {
+	to := o.open(topic)
+	if to.err != nil {
+		o.logf("topic %q: committed offsets cannot be stored: %v", topic, to.err)
+	}
+	o.publish(topic, to)
+}
+
+// lookup returns a topic's store, or nil when the topic is not durable or was deleted.
+func (o *offsetStore) lookup(topic string) *topicOffsets { return (*o.stores.Load())[topic] }
+
+// drop closes a deleted topic's store (commits in flight are written and answered first;
+// later ones get UNKNOWN_TOPIC) and forgets it; its directory goes with the topic.
 func (o *offsetStore) drop(topic string) {
-	o.writeMu.Lock()
-	defer o.writeMu.Unlock()
-	o.mu.Lock()
-	delete(o.topics, topic)
-	o.gone[topic] = true
-	o.mu.Unlock()
+	to := o.lookup(topic)
+	if to == nil {
+		return
+	}
+	o.publish(topic, nil)
+	if to.st != nil {
+		if err := to.st.Close(); err != nil {
+			o.logf("topic %q: closing committed offsets: %v", topic, err)
+		}
+	}
 }
 
-// revive allows commits for a topic created (again) under this name.
-func (o *offsetStore) revive(topic string) {
-	o.writeMu.Lock()
-	defer o.writeMu.Unlock()
-	o.mu.Lock()
-	delete(o.gone, topic)
-	o.mu.Unlock()
+// close closes every store at shutdown, after the commits in flight are answered.
+func (o *offsetStore) close() {
+	for topic := range *o.stores.Load() {
+		o.drop(topic)
+	}
 }
 
-// writeFileAtomic replaces path with data: a crash leaves either the old or the new file.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+// commitAnswer turns a store's refusal or failure into the client's answer.
+func commitAnswer(topic string, err error) error {
+	var le *offsetlog.LimitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &le) && le.Scope == "topic":
+		return answer(wire.CodeResourceLimit, "topic %q holds %d committed (group, partition) pairs, its limit: commit only to pairs already stored, or delete and recreate the topic", topic, le.Max)
+	case errors.As(err, &le):
+		return answer(wire.CodeResourceLimit, "the broker holds %d committed (group, partition) pairs, its limit: commit only to pairs already stored", le.Max)
+	case errors.Is(err, offsetlog.ErrBusy):
+		return answer(wire.CodeResourceLimit, "commits to topic %q arrive faster than they can be written; retry", topic)
+	case errors.Is(err, offsetlog.ErrClosed):
+		return answer(wire.CodeUnknownTopic, "topic %q was deleted", topic)
+	case errors.Is(err, offsetlog.ErrInvalid):
+		return answer(wire.CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "offsetlog: "))
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return err // STORAGE_ERROR; its text (server paths) goes to the broker's log only
 }
 
 // durablePartition resolves topic and partition for the offset requests.
@@ -270,16 +255,31 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeOffsetOutOfRange, fmt.Sprintf("offset %d outside [0, %d]", m.Offset, next))
 		return
 	}
-	store, topicName := c.srv.offsets, t.name
-	ok := c.srv.metaPool.Submit(func() {
-		err := store.commit(topicName, m.Group, m.Partition, m.Offset)
+	to := c.srv.offsets.lookup(t.name)
+	if to == nil || to.err != nil {
+		c.offsetsUnavailable(corr, t.name, to)
+		return
+	}
+	topicName := t.name
+	err := to.st.Commit(m.Group, m.Partition, m.Offset, func(err error) {
 		c.complete(func(c *conn) {
-			c.reply(corr, err, func() { c.respondEmpty(wire.OpCommitOffset, corr) })
+			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(wire.OpCommitOffset, corr) })
 		})
 	})
-	if !ok {
-		c.sendError(corr, wire.CodeResourceLimit, "broker is busy writing offsets; retry")
+	if err != nil {
+		c.reply(corr, commitAnswer(topicName, err), nil)
 	}
+}
+
+// offsetsUnavailable answers an offset request for a topic whose store is gone (the topic
+// was deleted meanwhile) or could not be opened.
+func (c *conn) offsetsUnavailable(corr uint32, topic string, to *topicOffsets) {
+	if to == nil {
+		c.sendError(corr, wire.CodeUnknownTopic, fmt.Sprintf("topic %q was deleted", topic))
+		return
+	}
+	c.log.Warn().Err(to.err).Str("topic", topic).Msg("committed offsets unavailable")
+	c.sendError(corr, wire.CodeStorageError, fmt.Sprintf("topic %q: the committed offsets file is damaged and serves nothing until repaired; the broker's log says where", topic))
 }
 
 func (c *conn) handleFetchCommitted(corr uint32, body []byte) {
@@ -291,6 +291,14 @@ func (c *conn) handleFetchCommitted(corr uint32, body []byte) {
 	if p == nil {
 		return
 	}
-	resp := wire.OffsetResponse{Offset: c.srv.offsets.get(t.name, m.Group, m.Partition)}
+	to := c.srv.offsets.lookup(t.name)
+	if to == nil || to.err != nil {
+		c.offsetsUnavailable(corr, t.name, to)
+		return
+	}
+	resp := wire.OffsetResponse{Offset: -1}
+	if off, ok := to.st.Get(m.Group, m.Partition); ok {
+		resp.Offset = off
+	}
 	c.respond(wire.OpFetchCommitted, corr, resp.AppendTo)
 }

@@ -115,7 +115,9 @@ func New(cfg Config) (*Server, error) {
 	if err := s.ensureAdmin(); err != nil {
 		return nil, err
 	}
-	s.offsets = newOffsetStore(cfg.DataDir)
+	s.offsets = newOffsetStore(cfg.DataDir, cfg.MaxCommittedOffsetsPerTopic, cfg.MaxCommittedOffsets, func(format string, args ...any) {
+		s.log.Warn().Msgf(format, args...)
+	})
 	s.loadTopics(store.State())
 	return s, nil
 }
@@ -133,7 +135,7 @@ func (s *Server) loadTopics(st meta.State) {
 		s.ringMemory += t.ringMemory()
 		if mt.Kind == wire.KindDurable {
 			if err := s.offsets.load(mt.Name); err != nil {
-				s.log.Error().Err(err).Str("topic", mt.Name).Msg("committed offsets cannot be read; groups start from scratch")
+				s.log.Error().Err(err).Str("topic", mt.Name).Msg("committed offsets cannot be read; the topic's COMMIT_OFFSET and FETCH_COMMITTED answer STORAGE_ERROR until the file is repaired")
 			}
 		}
 	}
@@ -268,6 +270,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()
+		s.offsets.close()
 		for _, t := range *s.topics.Load() {
 			if e := t.closeLogs(); e != nil {
 				s.log.Error().Err(e).Str("topic", t.name).Msg("closing logs")

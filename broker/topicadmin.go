@@ -97,7 +97,9 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	}); err != nil {
 		return err
 	}
-	s.offsets.revive(mt.Name)
+	if mt.Kind == wire.KindDurable {
+		s.offsets.create(mt.Name)
+	}
 	t := s.newTopic(mt, shape)
 	s.ringMemory += shape.memory(mt)
 	s.publish(func(topics map[string]*topic, users map[string]meta.User) {

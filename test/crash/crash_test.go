@@ -415,6 +415,13 @@ func runLoad(t *testing.T, b *brokerProc, st *history, cycle int, seed uint64, r
 		t.Fatalf("consumer: dial: %v", err)
 	}
 
+	dctx, dcancel = context.WithTimeout(ctx, 10*time.Second)
+	committer, err := client.Dial(dctx, b.addr, adminOptions("crash-committer"))
+	dcancel()
+	if err != nil {
+		t.Fatalf("committer: dial: %v", err)
+	}
+
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	for _, pc := range pcs {
@@ -429,6 +436,11 @@ func runLoad(t *testing.T, b *brokerProc, st *history, cycle int, seed uint64, r
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		st.commits.run(ctx, committer)
+	}()
 	wg.Add(1)
 	start := st.hw
 	go func() {
@@ -451,6 +463,7 @@ func runLoad(t *testing.T, b *brokerProc, st *history, cycle int, seed uint64, r
 		pc.c.Close()
 	}
 	cc.Close()
+	committer.Close()
 	return res
 }
 
@@ -824,6 +837,9 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			if verr == nil {
 				verr = checkDurableHW(vctx, admin, st.hw, &r)
 			}
+			if verr == nil {
+				verr = st.commits.verify(vctx, connCommitted(admin), &r)
+			}
 			vcancel()
 			r.indetPresent = st.indeterminatePresent(cycle)
 			sum.add(r.counts)
@@ -841,9 +857,9 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			if garbageNote != "" {
 				garbageNote = "; garbage" + garbageNote
 			}
-			t.Logf("cycle %2d: killed after %4dms; attempted %5d acked %5d failed %d unsent %d indeterminate %3d (present %3d); live read %5d; restart %6.1fms, %d fds, %d segments; hw %v%s",
+			t.Logf("cycle %2d: killed after %4dms; attempted %5d acked %5d failed %d unsent %d indeterminate %3d (present %3d); live read %5d; commits sent %d acked %d; restart %6.1fms, %d fds, %d segments; hw %v%s",
 				cycle, killAfter.Milliseconds(), r.attempted, r.acked, r.failed, r.unsent, r.indeterminate, r.indetPresent,
-				r.liveRead, ms(restart), fds, nsegs, st.hw, garbageNote)
+				r.liveRead, r.commitsSent, r.commitsAcked, ms(restart), fds, nsegs, st.hw, garbageNote)
 			if len(lr.sendErrs) > 0 {
 				t.Logf("          Send errors: %v", lr.sendErrs)
 			}
@@ -876,10 +892,11 @@ func logSummary(t *testing.T, name string, s modeSummary) {
 	t.Helper()
 	t.Logf("SUMMARY %s: cycles=%d attempted=%d acked=%d failed=%d unsent=%d indeterminate=%d (present after restart %d) "+
 		"lost-acked=%d corrupt=%d phantom=%d failed-but-present=%d inconsistent-offsets=%d read-then-vanished=%d "+
-		"order-violations=%d duplicates=%d (illegal %d) live-read=%d restart-ms max=%.1f p99=%.1f fds max=%d (non-segment %d, fresh %d) RSS max %.1f MiB (fresh %.1f)",
+		"order-violations=%d duplicates=%d (illegal %d) live-read=%d commits sent=%d acked=%d failed=%d indeterminate=%d lost=%d phantom=%d restart-ms max=%.1f p99=%.1f fds max=%d (non-segment %d, fresh %d) RSS max %.1f MiB (fresh %.1f)",
 		name, s.cycles, s.attempted, s.acked, s.failed, s.unsent, s.indeterminate, s.indetPresent,
 		s.lostAcked+s.misplaced, s.corrupt+s.liveCorrupt, s.phantom, s.failedPresent, s.inconsistent, s.vanished,
 		s.order, s.duplicates, s.illegalDup, s.liveRead,
+		s.commitsSent, s.commitsAcked, s.commitsFailed, s.commitsIndeterminate, s.commitLost, s.commitPhantom,
 		ms(percentile(s.restarts, 1)), ms(percentile(s.restarts, 0.99)), s.fdMax, s.overheadMax, s.overheadFresh,
 		float64(s.rssMax)/(1<<20), float64(s.rssFresh)/(1<<20))
 	if p99 := percentile(s.restarts, 0.99); p99 > maxRestartP99 {

@@ -167,3 +167,39 @@ func TestVerifierCatches(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitVerifierCatches plants each commit violation in a fake broker's answers.
+func TestCommitVerifierCatches(t *testing.T) {
+	k1, k2 := commitKey{"g1", 0}, commitKey{"g2", 1}
+	cases := []struct {
+		name   string
+		stored map[commitKey]int64
+		check  func(r report) bool
+	}{
+		{"clean", map[commitKey]int64{k1: 10, k2: 7}, func(r report) bool { return r.violations() == 0 }},
+		{"unacked-newer-stored", map[commitKey]int64{k1: 12, k2: 7}, func(r report) bool { return r.violations() == 0 }},
+		{"lost", map[commitKey]int64{k1: 9, k2: 7}, func(r report) bool { return r.commitLost == 1 }},
+		{"missing", map[commitKey]int64{k2: 7}, func(r report) bool { return r.commitLost == 1 }},
+		{"phantom", map[commitKey]int64{k1: 10, k2: 8}, func(r report) bool { return r.commitPhantom == 1 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newCommitHist()
+			h.acked[k1], h.sent[k1] = 10, 12 // 12 sent, no answer
+			h.sent[k2] = 7                   // sent, refused
+			read := func(_ context.Context, group string, part int) (int64, error) {
+				if off, ok := tc.stored[commitKey{group, part}]; ok {
+					return off, nil
+				}
+				return -1, nil
+			}
+			var r report
+			if err := h.verify(context.Background(), read, &r); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(r) {
+				t.Errorf("counts %+v; problems %v", r.counts, r.problems)
+			}
+		})
+	}
+}

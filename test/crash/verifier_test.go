@@ -119,6 +119,7 @@ type liveRead struct {
 
 // history is the state of one data directory's topic over its cycles.
 type history struct {
+	commits *commitHist
 	seed    maphash.Seed
 	prods   map[uint32]*prodHist
 	offsets [partitions][]offEntry
@@ -127,7 +128,7 @@ type history struct {
 }
 
 func newHistory(seed maphash.Seed) *history {
-	return &history{seed: seed, prods: map[uint32]*prodHist{}}
+	return &history{seed: seed, prods: map[uint32]*prodHist{}, commits: newCommitHist()}
 }
 
 func (st *history) newProducer(id uint32, cycle int) *prodHist {
@@ -174,6 +175,10 @@ type counts struct {
 
 	liveRead, liveCorrupt int
 	recordsRead           int64
+
+	// Committed offsets (commits_test.go).
+	commitsSent, commitsAcked, commitsFailed, commitsIndeterminate int
+	commitLost, commitPhantom                                      int
 }
 
 func (c *counts) add(o counts) {
@@ -198,12 +203,19 @@ func (c *counts) add(o counts) {
 	c.liveRead += o.liveRead
 	c.liveCorrupt += o.liveCorrupt
 	c.recordsRead += o.recordsRead
+	c.commitsSent += o.commitsSent
+	c.commitsAcked += o.commitsAcked
+	c.commitsFailed += o.commitsFailed
+	c.commitsIndeterminate += o.commitsIndeterminate
+	c.commitLost += o.commitLost
+	c.commitPhantom += o.commitPhantom
 }
 
 // violations is the sum of everything that must be 0.
 func (c *counts) violations() int {
 	return c.lostAcked + c.misplaced + c.corrupt + c.phantom + c.failedPresent + c.inconsistent +
-		c.vanished + c.order + c.illegalDup + c.noCallback + c.ackMismatch + c.liveCorrupt
+		c.vanished + c.order + c.illegalDup + c.noCallback + c.ackMismatch + c.liveCorrupt +
+		c.commitLost + c.commitPhantom
 }
 
 // report collects problem descriptions, keeping the first few of each kind.
