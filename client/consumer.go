@@ -134,6 +134,7 @@ type Consumer struct {
 	msgs     chan Received
 	msgsCtx  context.Context
 	msgsStop context.CancelFunc
+	msgsDone chan struct{} // closed when the Messages goroutine has returned; under mu
 
 	// Each's state, owned by whoever holds consumeMu.
 	consumeMu sync.Mutex
@@ -396,6 +397,14 @@ func (k *Consumer) Close() error {
 		close(k.closing)
 		k.cancel()
 		k.msgsStop()
+		k.mu.Lock()
+		msgsDone := k.msgsDone
+		k.mu.Unlock()
+		if msgsDone != nil {
+			// The position moves past a record after its hand-off on the channel: wait for
+			// that, so the commit below covers every record the application received.
+			<-msgsDone
+		}
 		k.wg.Wait()
 		if k.opts.Group != "" && k.opts.AutoCommit > 0 {
 			c := k.currentConn()

@@ -163,7 +163,12 @@ func (k *Consumer) failEach(ch *chunk, err error) error {
 func (k *Consumer) Messages() <-chan Received {
 	k.msgsOnce.Do(func() {
 		k.msgs = make(chan Received)
+		done := make(chan struct{})
+		k.mu.Lock()
+		k.msgsDone = done
+		k.mu.Unlock()
 		go func() {
+			defer close(done)
 			defer close(k.msgs)
 			ctx := k.msgsCtx
 			_ = k.each(ctx, func(r *Received) error {
