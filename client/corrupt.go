@@ -60,14 +60,21 @@ func (e *CorruptBatchError) Skippable() bool {
 
 // batchNext is the offset after the batch of n bytes at the start of b, a sequence of whole
 // batches (a FETCH answer): the base offset of the batch that follows when b holds one, else
-// the end the header's record count gives, at most hw. For a batch that passes its CRC check
-// both are its base offset + record count (the broker computes the high watermark after the
-// batches it sends); for one that does not, this is the best that can be known.
+// the end the header's record count gives, at most hw. That count is trusted when the CRC
+// vouches for it, or when the batch is uncompressed and its bytes could hold that many
+// records; otherwise the end is -1, unknown. A damaged count at the end of an answer (the end
+// of a segment, often) could otherwise send a skip past good batches of the next segment.
 func batchNext(b []byte, n int, hw int64) int64 {
 	if rest := b[n:]; wholeBatchSize(rest) != 0 {
 		return wire.BatchBaseOffset(rest)
 	}
 	h := wire.PeekBatchHeaderUnchecked(b)
+	if !wire.BatchChecksumOK(b[:n]) {
+		const minRecordBytes = 5 // five one-byte fields (wire/batch.go)
+		if h.Codec() != wire.CodecNone || int64(h.RecordCount)*minRecordBytes > int64(n-wire.BatchHeaderSize) {
+			return -1
+		}
+	}
 	return min(h.NextOffset(), hw)
 }
 

@@ -133,6 +133,13 @@ func BatchBaseOffset(b []byte) int64 {
 	return int64(binary.BigEndian.Uint64(b))
 }
 
+// BatchChecksumOK reports whether the whole batch b (as framed by its length field) matches
+// its CRC-32C, so that its header fields can be trusted even when ParseBatch refuses the batch
+// for another reason (its records). It checks nothing else.
+func BatchChecksumOK(b []byte) bool {
+	return len(b) >= BatchHeaderSize && binary.BigEndian.Uint32(b[batchCRCOffset:]) == Checksum(b[batchCRCStart:])
+}
+
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
 // be checked without the records: the magic, the attributes, the reserved field, and a length
