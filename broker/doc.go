@@ -39,9 +39,9 @@
 // Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
 // gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
-// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu and meta.Store.mu. Inside package
-// log, see its package doc; the broker calls into a log holding no lock of its own except
-// adminMu. durablePart.close waits for the partition's syncer under adminMu, so the syncer
+// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu and loopStates.mu (a
+// connection's first look-up of its loop's scratch). Inside package log, see its package
+// doc; the broker calls into a log holding no lock of its own except adminMu. durablePart.close waits for the partition's syncer under adminMu, so the syncer
 // must never take adminMu.
 //
 // Example:
