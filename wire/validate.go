@@ -52,6 +52,95 @@ func (v *RecordValidator) Validate(bt *Batch, maxRecord int) error {
 // nothing after them, minimal varints, exact lengths, each record at most maxRecord bytes of
 // key, value and headers. It does not allocate unless it fails.
 func ValidateRecords(records []byte, count uint32, maxRecord int) error {
+	if recordsValid(records, count, maxRecord) {
+		return nil
+	}
+	if err := explainRecords(records, count, maxRecord); err != nil {
+		return err
+	}
+	// recordsValid and explainRecords make the same checks; FuzzBatch holds them to it.
+	return fmt.Errorf("%w: records section refused, reason unexplained", ErrCorruptBatch)
+}
+
+// recordsValid is the hot path of ValidateRecords: the same checks as explainRecords, with
+// one-byte varints (most varints of small records) decoded inline and no error to build. It
+// is 2-3 times as fast as the walk that explains, which matters at 100-byte messages. Each
+// varint is read by the same line: the one-byte case inline (a function would not be
+// inlined), anything else by uvarintFrom.
+func recordsValid(b []byte, count uint32, maxRecord int) bool {
+	pos := 0
+	for ; count > 0; count-- {
+		var n uint64
+		p := pos
+		if p < len(b) && b[p] < 0x80 {
+			n, p = uint64(b[p]), p+1
+		} else if n, p = uvarintFrom(b, p); p < 0 {
+			return false
+		}
+		if n > uint64(len(b)-p) {
+			return false
+		}
+		pos = p + int(n)
+		rec := b[p:pos]
+		p = 0
+		if len(rec) > 0 && rec[0] < 0x80 { // timestamp delta
+			p = 1
+		} else if _, p = uvarintFrom(rec, 0); p < 0 {
+			return false
+		}
+		size := uint64(0)
+		for f := 0; f < 2; f++ { // key, value
+			if p < len(rec) && rec[p] < 0x80 {
+				n, p = uint64(rec[p]), p+1
+			} else if n, p = uvarintFrom(rec, p); p < 0 {
+				return false
+			}
+			if n > uint64(len(rec)-p) {
+				return false
+			}
+			p += int(n)
+			size += n
+		}
+		var hc uint64
+		if p < len(rec) && rec[p] < 0x80 {
+			hc, p = uint64(rec[p]), p+1
+		} else if hc, p = uvarintFrom(rec, p); p < 0 {
+			return false
+		}
+		if hc > uint64(len(rec)-p)/2 {
+			return false
+		}
+		for h := 2 * hc; h > 0; h-- { // names and values
+			if p < len(rec) && rec[p] < 0x80 {
+				n, p = uint64(rec[p]), p+1
+			} else if n, p = uvarintFrom(rec, p); p < 0 {
+				return false
+			}
+			if n > uint64(len(rec)-p) {
+				return false
+			}
+			p += int(n)
+			size += n
+		}
+		if p != len(rec) || size > uint64(maxRecord) {
+			return false
+		}
+	}
+	return pos == len(b)
+}
+
+// uvarintFrom decodes the uvarint at b[pos:] and returns it with the position after it, or a
+// negative position when uvarintAt refuses it.
+func uvarintFrom(b []byte, pos int) (uint64, int) {
+	n, w := uvarintAt(b, pos)
+	if w <= 0 {
+		return 0, -1
+	}
+	return n, pos + w
+}
+
+// explainRecords makes recordsValid's checks and says what is wrong, in which record.
+func explainRecords(records []byte, count uint32, maxRecord int) error {
 	pos := 0
 	for i := uint32(0); i < count; i++ {
 		if pos == len(records) {
