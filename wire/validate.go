@@ -34,7 +34,8 @@ func (v *RecordValidator) Close() {
 //
 // The error wraps ErrMessageTooLarge for a record over maxRecord and ErrCorruptBatch for
 // anything else (or is an internal error when zstd state cannot be created), and names what
-// is wrong and in which record (counted from 0). It does not allocate unless it fails.
+// is wrong and in which record (counted from 0). Once the scratch has grown to the largest
+// compressed batch, it does not allocate unless it fails.
 func (v *RecordValidator) Validate(bt *Batch, maxRecord int) error {
 	records := bt.Records
 	if bt.Codec() != CodecNone {
