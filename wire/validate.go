@@ -131,8 +131,14 @@ func recordsValid(b []byte, count uint32, maxRecord int) bool {
 }
 
 // uvarintFrom decodes the uvarint at b[pos:] and returns it with the position after it, or a
-// negative position when uvarintAt refuses it.
+// negative position when uvarintAt refuses it. Two-byte varints (values 128-16383: lengths
+// of 1 KiB values, timestamp deltas of a busy batch) take a straight line.
 func uvarintFrom(b []byte, pos int) (uint64, int) {
+	if pos+1 < len(b) {
+		if c0, c1 := b[pos], b[pos+1]; c0 >= 0x80 && c1 < 0x80 && c1 != 0 {
+			return uint64(c0&0x7f) | uint64(c1)<<7, pos + 2
+		}
+	}
 	n, w := uvarintAt(b, pos)
 	if w <= 0 {
 		return 0, -1
