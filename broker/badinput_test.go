@@ -456,16 +456,31 @@ func TestBadInputWrongCredentials(t *testing.T) {
 	}
 }
 
-// TestBadInputCorruptBatch: a batch whose CRC or length field is wrong is refused with
-// CORRUPT_BATCH, counted in rejected_batches, and never reaches a subscriber.
+// TestBadInputCorruptBatch: a batch whose CRC, length field or records are wrong is refused
+// with CORRUPT_BATCH (a record over MaxMessage with MESSAGE_TOO_LARGE) naming what is wrong,
+// the connection stays open, the batch is counted in rejected_batches, and nothing is stored:
+// no subscriber sees it, and the next good batch gets offset 0. Transient topics take
+// produceDirect (checked in ring space) and durable ones handleProduce; a batch over the
+// ring's half takes handleProduce on a transient topic too.
 func TestBadInputCorruptBatch(t *testing.T) {
-	srv, p := newBadInputBroker(t)
-	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
-	admin.createTopic("cb", 1, "cb-user", "cb-pw")
-	sub := login(t, srv.Addr(), "cb-user", "cb-pw")
-	sub.subscribe("cb", wire.PartitionAny, "", 1<<20)
-	prod := login(t, srv.Addr(), "cb-user", "cb-pw")
+	for _, kind := range []wire.Kind{wire.KindTransient, wire.KindDurable} {
+		t.Run(kind.String(), func(t *testing.T) { testCorruptBatches(t, kind) })
+	}
+}
 
+// batchCase is a PRODUCE batch the broker must refuse with code, its message naming msg.
+type batchCase struct {
+	name  string
+	batch []byte
+	acks  wire.Acks
+	code  wire.Code
+	msg   string
+}
+
+// corruptBatchCases are the batches TestBadInputCorruptBatch sends: damaged framing and CRC,
+// then the records-section cases of issue 9 (stored before the broker walked the records),
+// each with a correct CRC and header.
+func corruptBatchCases(t *testing.T, lim wire.Limits) []batchCase {
 	good := testBatch(t, "one", "two", "three")
 	flipped := func(i int) []byte {
 		b := append([]byte(nil), good...)
@@ -476,28 +491,93 @@ func TestBadInputCorruptBatch(t *testing.T) {
 	binary.BigEndian.PutUint32(lenPlus[8:], binary.BigEndian.Uint32(lenPlus[8:])+1)
 	lenMinus := append([]byte(nil), good...)
 	binary.BigEndian.PutUint32(lenMinus[8:], binary.BigEndian.Uint32(lenMinus[8:])-1)
-	cases := []struct {
-		name  string
-		batch []byte
-		acks  wire.Acks
-	}{
-		{"CRC: byte 16 flipped", flipped(16), wire.AcksWritten},
-		{"CRC: record count flipped", flipped(21), wire.AcksWritten},
-		{"CRC: last byte flipped", flipped(len(good) - 1), wire.AcksWritten},
-		{"CRC: stored CRC flipped", flipped(13), wire.AcksWritten},
-		{"CRC flipped, acks=none", flipped(len(good) - 2), wire.AcksNone},
-		{"length field +1", lenPlus, wire.AcksWritten},
-		{"length field -1", lenMinus, wire.AcksWritten},
-		{"truncated", good[:len(good)-1], wire.AcksWritten},
-		{"trailing byte", append(append([]byte(nil), good...), 0), wire.AcksWritten},
-		{"header only", good[:wire.BatchHeaderSize-1], wire.AcksNone},
-		{"empty", nil, wire.AcksWritten},
+	const corrupt = wire.CodeCorruptBatch
+	rec := func(key, value string) []byte { return wire.AppendRecord(nil, 0, []byte(key), []byte(value), nil) }
+	two := append(rec("k1", "one"), rec("", "two")...)
+	none := func(count uint32, section []byte) []byte { return recordsBatch(t, wire.CodecNone, count, section) }
+	ff := bytes.Repeat([]byte{0xff}, 40)
+	huge := rec("", strings.Repeat("v", lim.MaxMessage+1))
+	return []batchCase{
+		{"CRC: byte 16 flipped", flipped(16), wire.AcksWritten, corrupt, "magic"},
+		{"CRC: record count flipped", flipped(21), wire.AcksWritten, corrupt, "CRC"},
+		{"CRC: last byte flipped", flipped(len(good) - 1), wire.AcksWritten, corrupt, "CRC"},
+		{"CRC: stored CRC flipped", flipped(13), wire.AcksWritten, corrupt, "CRC"},
+		{"CRC flipped, acks=none", flipped(len(good) - 2), wire.AcksNone, corrupt, "CRC"},
+		{"length field +1", lenPlus, wire.AcksWritten, corrupt, "length"},
+		{"length field -1", lenMinus, wire.AcksWritten, corrupt, "length"},
+		{"truncated", good[:len(good)-1], wire.AcksWritten, corrupt, ""},
+		{"trailing byte", append(append([]byte(nil), good...), 0), wire.AcksWritten, corrupt, ""},
+		{"header only", good[:wire.BatchHeaderSize-1], wire.AcksNone, corrupt, ""},
+		{"empty", nil, wire.AcksWritten, corrupt, ""},
+
+		// The records section (issue 9).
+		{"count 3, holds 2", none(3, two), wire.AcksWritten, corrupt, "record count is 3, but the records section ends after 2 records"},
+		{"count 3, holds 2, acks=none", none(3, two), wire.AcksNone, corrupt, "ends after 2 records"},
+		{"count 1, holds 2", none(1, two), wire.AcksWritten, corrupt, "follow the last record"},
+		{"non-minimal varint", none(1, []byte{0x87, 0x00, 0x00, 0x02, 'k', '1', 0x01, 'v', 0x00}), wire.AcksWritten, corrupt, "record 0: record length: over-long varint"},
+		{"over-long varint", none(1, append(bytes.Repeat([]byte{0x80}, 10), 0x01, 0, 0, 0, 0)), wire.AcksWritten, corrupt, "overflows 64 bits"},
+		{"0xFF garbage records", none(2, ff), wire.AcksWritten, corrupt, "record 0: record length"},
+		{"0xFF garbage after a good record", none(2, append(rec("k", "v"), ff...)), wire.AcksWritten, corrupt, "record 1"},
+		{"key longer than its record", none(1, []byte{0x05, 0x00, 0x7f, 0x00, 0x00, 0x00}), wire.AcksWritten, corrupt, "key length 127"},
+		{"byte after the last record", none(2, append(bytes.Clone(two), 0)), wire.AcksWritten, corrupt, "1 bytes follow the last record"},
+		{"header count past the record", none(1, []byte{0x05, 0x00, 0x00, 0x00, 0x03, 0x00}), wire.AcksWritten, corrupt, "3 headers"},
+		{"zstd garbage", rawRecordsBatch(wire.CodecZstd, 1, 100, []byte("not a zstd frame at all")), wire.AcksWritten, corrupt, "zstd"},
+		{"s2 garbage", rawRecordsBatch(wire.CodecS2, 1, 5, []byte{0x05, 0xff, 0xff, 0xff}), wire.AcksWritten, corrupt, "s2"},
+		{"zstd, count 3 holds 2", recordsBatch(t, wire.CodecZstd, 3, two), wire.AcksWritten, corrupt, "ends after 2 records"},
+		{"s2, 0xFF garbage records", recordsBatch(t, wire.CodecS2, 2, ff), wire.AcksWritten, corrupt, "record 0"},
+		{"record over MaxMessage", none(1, huge), wire.AcksWritten, wire.CodeMessageTooLarge, fmt.Sprintf("limit %d", lim.MaxMessage)},
+		{"s2 record over MaxMessage", recordsBatch(t, wire.CodecS2, 1, huge), wire.AcksWritten, wire.CodeMessageTooLarge, "record 0"},
 	}
+}
+
+// rawRecordsBatch assembles a batch of count records around a records section stored as
+// given (compressed or not), with a correct CRC: only the records can be wrong.
+func rawRecordsBatch(codec wire.Codec, count, recordsSize uint32, stored []byte) []byte {
+	b := make([]byte, wire.BatchHeaderSize, wire.BatchHeaderSize+len(stored))
+	binary.BigEndian.PutUint32(b[8:], uint32(wire.BatchHeaderSize-12+len(stored)))
+	b[16], b[17] = wire.BatchMagic, byte(codec)
+	binary.BigEndian.PutUint32(b[20:], count)
+	binary.BigEndian.PutUint32(b[40:], recordsSize)
+	b = append(b, stored...)
+	binary.BigEndian.PutUint32(b[12:], wire.Checksum(b[16:]))
+	return b
+}
+
+// recordsBatch is rawRecordsBatch of an uncompressed section, compressed with codec.
+func recordsBatch(t *testing.T, codec wire.Codec, count uint32, section []byte) []byte {
+	var c wire.Compressor
+	defer c.Close()
+	stored, err := c.Compress(nil, codec, section)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rawRecordsBatch(codec, count, uint32(len(section)), stored)
+}
+
+func testCorruptBatches(t *testing.T, kind wire.Kind) {
+	srv, p := newBadInputBroker(t)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	user, pass := "cb-user", "cb-pw"
+	var sub *rawClient
+	if kind == wire.KindDurable {
+		admin.createDurable("cb", 1)
+		user, pass = "d-user", "d-pw"
+	} else {
+		admin.createTopic("cb", 1, user, pass)
+		sub = login(t, srv.Addr(), user, pass)
+		sub.subscribe("cb", wire.PartitionAny, "", 1<<20)
+	}
+	prod := login(t, srv.Addr(), user, pass)
+
+	cases := corruptBatchCases(t, srv.cfg.Limits)
 	for i, tc := range cases {
 		corr := prod.sendRaw(wire.OpProduce, uint32(1000+i), produceBody("cb", 0, tc.acks, tc.batch))
 		h, eb := prod.errorFrame(10 * time.Second)
-		if eb.Code != wire.CodeCorruptBatch || h.Corr != corr {
-			t.Fatalf("%s: got %s corr %d (%s), want CORRUPT_BATCH corr %d", tc.name, eb.Code, h.Corr, eb.Message, corr)
+		if eb.Code != tc.code || h.Corr != corr {
+			t.Fatalf("%s: got %s corr %d (%s), want %s corr %d", tc.name, eb.Code, h.Corr, eb.Message, tc.code, corr)
+		}
+		if !strings.Contains(eb.Message, tc.msg) {
+			t.Errorf("%s: message %q does not say %q", tc.name, eb.Message, tc.msg)
 		}
 	}
 	prod.ping()
@@ -510,16 +590,26 @@ func TestBadInputCorruptBatch(t *testing.T) {
 			t.Fatalf("%s is %d after only refused batches", k, v)
 		}
 	}
-	if f, err := sub.readFrame(200 * time.Millisecond); err == nil {
-		t.Fatalf("subscriber got %s corr %d after only corrupt batches", f.h.Op, f.h.Corr)
+	if sub != nil {
+		if f, err := sub.readFrame(200 * time.Millisecond); err == nil {
+			t.Fatalf("subscriber got %s corr %d after only corrupt batches", f.h.Op, f.h.Corr)
+		}
 	}
-	// The partition is untouched: the next good batch gets offset 0 and is the first delivery.
+	// The partition is untouched: the next good batch gets offset 0 and is all there is.
+	good := testBatch(t, "one", "two", "three")
 	if resp := prod.produce("cb", 0, good); resp.BaseOffset != 0 {
 		t.Fatalf("good batch after corrupt ones stored at offset %d, want 0", resp.BaseOffset)
 	}
-	d := sub.readDeliver()
-	if d.batch.BaseOffset != 0 || strings.Join(d.values, ",") != "one,two,three" {
-		t.Fatalf("delivered offset %d values %v", d.batch.BaseOffset, d.values)
+	if sub != nil {
+		d := sub.readDeliver()
+		if d.batch.BaseOffset != 0 || strings.Join(d.values, ",") != "one,two,three" {
+			t.Fatalf("delivered offset %d values %v", d.batch.BaseOffset, d.values)
+		}
+	} else {
+		resp, values := prod.fetchValues("cb", 0, 0, 0)
+		if resp.HighWatermark != 3 || strings.Join(values, ",") != "one,two,three" {
+			t.Fatalf("fetched high watermark %d values %v, want 3 and one,two,three", resp.HighWatermark, values)
+		}
 	}
 	p.check(t)
 }

@@ -92,6 +92,10 @@ type conn struct {
 
 	out []byte // responses queued during this OnTraffic, written once at its end
 
+	// loop is the event loop's shared scratch (record validation), found on the first
+	// PRODUCE (see loopstate.go).
+	loop *loopState
+
 	subs      []*subscription
 	nextSubID uint32
 	published []*topic // topics this connection has produced to (publisher counts)

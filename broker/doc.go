@@ -40,12 +40,13 @@
 // Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
 // gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
-// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu and
-// offsetlog.Store.mu (one per topic, never held across I/O; commit callbacks run after it
-// is released; the topic-to-store map offsetStore.stores is copy-on-write, with no lock).
-// Inside package log, see its package doc; the broker calls into a log holding no lock of
-// its own except adminMu. durablePart.close and offsetlog.Store.Close wait for their
-// syncers under adminMu, so a syncer must never take adminMu.
+// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, loopStates.mu (a
+// connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
+// never held across I/O; commit callbacks run after it is released; the topic-to-store map
+// offsetStore.stores is copy-on-write, with no lock). Inside package log, see its package
+// doc; the broker calls into a log holding no lock of its own except adminMu.
+// durablePart.close and offsetlog.Store.Close wait for their syncers under adminMu, so a
+// syncer must never take adminMu.
 //
 // Example:
 //

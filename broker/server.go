@@ -45,6 +45,7 @@ type Server struct {
 	metaPool *workpool.Pool   // offset commits and LIST_OFFSETS by time (Config.MetaPool)
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
+	loops    loopStates // per-event-loop scratch (record validation); see loopState
 
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
@@ -271,6 +272,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.metaPool.Close()
 		s.watcher.close()
 		s.offsets.close()
+		s.loops.close() // the loops have stopped
 		for _, t := range *s.topics.Load() {
 			if e := t.closeLogs(); e != nil {
 				s.log.Error().Err(e).Str("topic", t.name).Msg("closing logs")

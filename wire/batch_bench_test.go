@@ -145,3 +145,61 @@ func BenchmarkCompress(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkValidate is what the broker adds to every PRODUCE: RecordValidator.Validate on
+// batches of the sizes producers send (128-512 KiB), uncompressed and compressed (the
+// decompression is included). SetBytes is the stored (compressed) batch size, so MB/s compares
+// with the broker's ingest rate; ns/record is the cost per message. The parse sub-benchmarks
+// are ParseBatch (header and CRC), all the broker checked before.
+func BenchmarkValidate(b *testing.B) {
+	var c wire.Compressor
+	defer c.Close()
+	for _, codec := range []wire.Codec{wire.CodecNone, wire.CodecS2, wire.CodecZstd} {
+		for _, size := range benchSizes {
+			for _, batchKiB := range []int{128, 512} {
+				vals, keys := benchValues(size), benchKeys()
+				var bb wire.BatchBuilder
+				n := 0
+				for ; bb.SizeWith(exampleTS, keys[0], vals[0], benchHeaders) <= batchKiB<<10; n++ {
+					bb.Append(exampleTS+int64(n), keys[n%benchRecords], vals[n%benchRecords], benchHeaders)
+				}
+				out, err := bb.Finish(codec, &c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				stored := append([]byte(nil), out...)
+				bt, err := wire.ParseBatch(stored, 1<<20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				name := fmt.Sprintf("codec=%v/size=%d/batch=%dKiB", codec, size, batchKiB)
+				// What the broker checked before it validated records, for comparison.
+				b.Run(name+"/parse", func(b *testing.B) {
+					b.SetBytes(int64(len(stored)))
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := wire.ParseBatch(stored, 1<<20); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/record")
+				})
+				b.Run(name+"/validate", func(b *testing.B) {
+					var v wire.RecordValidator
+					defer v.Close()
+					if err := v.Validate(&bt, 1<<20); err != nil { // grows the scratch
+						b.Fatal(err)
+					}
+					b.SetBytes(int64(bt.Size()))
+					b.ReportAllocs()
+					for b.Loop() {
+						if err := v.Validate(&bt, 1<<20); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/record")
+				})
+			}
+		}
+	}
+}

@@ -14,6 +14,8 @@ var (
 	ErrFrameTooLarge = errors.New("frame too large")
 	ErrCorruptBatch  = errors.New("corrupt record batch")
 	ErrBatchTooLarge = errors.New("record batch too large")
+	// ErrMessageTooLarge: one record's key, value and headers exceed MaxMessage.
+	ErrMessageTooLarge = errors.New("message too large")
 )
 
 // Code is an error code carried by an ERROR frame. NEVER renumber: codes are part of the wire
@@ -144,7 +146,7 @@ func CodeOf(err error) Code {
 		return CodeFrameTooLarge
 	case errors.Is(err, ErrCorruptBatch):
 		return CodeCorruptBatch
-	case errors.Is(err, ErrBatchTooLarge):
+	case errors.Is(err, ErrBatchTooLarge), errors.Is(err, ErrMessageTooLarge):
 		return CodeMessageTooLarge
 	case errors.Is(err, ErrMalformed):
 		return CodeMalformedFrame

@@ -63,8 +63,11 @@ func (c *Compressor) Decompress(dst []byte, bt *Batch) ([]byte, error) {
 		return append(dst, bt.Records...), nil
 	case CodecS2:
 		n, err := s2.DecodedLen(bt.Records)
-		if err != nil || n != want {
-			return nil, fmt.Errorf("%w: s2 section decodes to %d bytes, header says %d (%v)", ErrCorruptBatch, n, want, err)
+		if err != nil {
+			return nil, fmt.Errorf("%w: s2: %v", ErrCorruptBatch, err)
+		}
+		if n != want {
+			return nil, fmt.Errorf("%w: s2 section decodes to %d bytes, header says %d", ErrCorruptBatch, n, want)
 		}
 		start := len(dst)
 		dst = growTo(dst, start+want)

@@ -316,6 +316,7 @@ func TestCodeOf(t *testing.T) {
 		{fmt.Errorf("x: %w", wire.ErrFrameTooLarge), wire.CodeFrameTooLarge},
 		{fmt.Errorf("x: %w", wire.ErrCorruptBatch), wire.CodeCorruptBatch},
 		{fmt.Errorf("x: %w", wire.ErrBatchTooLarge), wire.CodeMessageTooLarge},
+		{fmt.Errorf("x: %w", wire.ErrMessageTooLarge), wire.CodeMessageTooLarge},
 		{fmt.Errorf("x: %w", wire.ErrMalformed), wire.CodeMalformedFrame},
 		{fmt.Errorf("x: %w", &wire.Error{Code: wire.CodeTopicExists}), wire.CodeTopicExists},
 		{errors.New("other"), wire.CodeInternal},

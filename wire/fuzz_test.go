@@ -2,7 +2,9 @@ package wire_test
 
 import (
 	"bytes"
+	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -69,12 +71,16 @@ func FuzzFrameStream(f *testing.F) {
 var (
 	fuzzCompressorMu sync.Mutex
 	fuzzCompressor   wire.Compressor
+	fuzzValidator    wire.RecordValidator
 )
 
 // FuzzBatch: an accepted batch re-encodes to exactly its bytes; when its records iterate, they
 // re-encode to exactly the records section; a compressed section decompresses to exactly
-// records size bytes or fails. With fix set, the CRC is recomputed before parsing, so that
-// mutations get past it to the header checks, the records and the decompressors.
+// records size bytes or fails. RecordValidator.Validate accepts exactly the batches that
+// decompress and iterate to record count records (the invariant the broker relies on: every
+// batch it stores decodes), and its per-record limit is exact. With fix set, the CRC is
+// recomputed before parsing, so that mutations get past it to the header checks, the records
+// and the decompressors.
 func FuzzBatch(f *testing.F) {
 	for _, ex := range protocolExamples() {
 		h, body, _ := wire.ParseFrame(ex.frame)
@@ -117,12 +123,19 @@ func FuzzBatch(f *testing.F) {
 		if re := wire.AppendBatch(nil, &bt); !bytes.Equal(re, data) {
 			t.Fatalf("AppendBatch(ParseBatch(x)) != x")
 		}
+		fuzzCompressorMu.Lock()
+		defer fuzzCompressorMu.Unlock()
+		verr := fuzzValidator.Validate(&bt, limit)
+		if verr != nil && (!errors.Is(verr, wire.ErrCorruptBatch) || strings.Contains(verr.Error(), "unexplained")) {
+			t.Fatalf("Validate: %v (its fast path and its explanation must agree)", verr)
+		}
 		records := bt.Records
 		if bt.Codec() != wire.CodecNone {
-			fuzzCompressorMu.Lock()
 			out, err := fuzzCompressor.Decompress(nil, &bt)
-			fuzzCompressorMu.Unlock()
 			if err != nil {
+				if verr == nil {
+					t.Fatalf("Validate accepts a batch that does not decompress: %v", err)
+				}
 				return
 			}
 			if len(out) != int(bt.RecordsSize) {
@@ -131,8 +144,26 @@ func FuzzBatch(f *testing.F) {
 			records = out
 		}
 		recs, err := collectRecords(records, &bt)
+		if (err == nil) != (verr == nil) {
+			t.Fatalf("RecordIter says %v, Validate says %v", err, verr)
+		}
 		if err != nil {
 			return
+		}
+		// The per-record limit: the largest record fits exactly.
+		largest := 0
+		for _, rec := range recs {
+			size := len(rec.Key) + len(rec.Value)
+			for _, h := range rec.Headers {
+				size += len(h.Name) + len(h.Value)
+			}
+			largest = max(largest, size)
+		}
+		if err := fuzzValidator.Validate(&bt, largest); err != nil {
+			t.Fatalf("Validate with maxRecord %d, the largest record: %v", largest, err)
+		}
+		if err := fuzzValidator.Validate(&bt, largest-1); largest > 0 && !errors.Is(err, wire.ErrMessageTooLarge) {
+			t.Fatalf("Validate with maxRecord %d, one below the largest record: %v", largest-1, err)
 		}
 		var re []byte
 		for i, rec := range recs {
