@@ -114,11 +114,12 @@ const (
 	RefusedPairBlocked         // the pair has used its failures (or is verifying its last ones)
 	RefusedAddrBlocked         // the address has reached MaxAddrFailures
 	RefusedUserBudget          // the user's budget is spent and the pair is not trusted
+	RefusedVerifying           // attempts being verified may use up what the failures leave
 )
 
 // Busy reports whether r refuses for lack of capacity (answer RESOURCE_LIMIT: retrying soon
 // may succeed) rather than as a penalty for failures (answer TOO_MANY_ATTEMPTS).
-func (r Refusal) Busy() bool { return r == RefusedBusy || r == RefusedAddrBusy }
+func (r Refusal) Busy() bool { return r == RefusedBusy || r == RefusedAddrBusy || r == RefusedVerifying }
 
 // Message is the refusal's text for the client.
 func (r Refusal) Message() string {
@@ -133,6 +134,8 @@ func (r Refusal) Message() string {
 		return "too many failed logins from this address; try later"
 	case RefusedUserBudget:
 		return "too many failed logins for this user; try later"
+	case RefusedVerifying:
+		return "other logins for this user are being verified; retry shortly"
 	}
 	return "admitted"
 }
@@ -357,8 +360,14 @@ func (t *Throttle) Evaluate(at *Attempt, now time.Time) Refusal {
 			t.trusted.remove(at.key)
 		}
 	}
-	if r := t.penaltyLocked(at.key, at.pair, at.addr, at.user, now, true); r != Admitted {
+	if r := t.penaltyLocked(at.key, at.pair, at.addr, at.user, now, false); r != Admitted {
 		return r
+	}
+	// The failures alone leave room, but the attempts being verified could use it up: this
+	// one waits for their outcome. That is capacity, not a penalty: a storm of right
+	// passwords must not be refused as if it were guessing.
+	if t.penaltyLocked(at.key, at.pair, at.addr, at.user, now, true) != Admitted {
+		return RefusedVerifying
 	}
 	at.reserved = true
 	at.pair.reserved++

@@ -184,7 +184,7 @@ func TestThrottleReservesWhileVerifying(t *testing.T) {
 		running = append(running, at)
 	}
 	sixth := mustAdmit(t, th, "192.0.2.7", "admin")
-	if r := th.Evaluate(sixth, time.Now()); r != RefusedPairBlocked {
+	if r := th.Evaluate(sixth, time.Now()); r != RefusedVerifying || !r.Busy() {
 		t.Fatalf("sixth attempt while five verify: %q", r.Message())
 	}
 	th.Finish(sixth, Unverified, time.Now())
