@@ -172,7 +172,11 @@ func (c *conn) setPrincipal(p *principal) {
 	c.principal = p
 	s := c.srv
 	s.connsMu.Lock()
-	if p == nil {
+	if c.closed() {
+		// An AUTH's completion run by finishClose after OnClose left the server's sets:
+		// putting the connection back would keep it there, and the ticker waking it, forever.
+		delete(s.preauth, c)
+	} else if p == nil {
 		c.authDeadline = time.Now().Add(s.cfg.Limits.AuthTimeout)
 		s.preauth[c] = c.authDeadline
 	} else {
