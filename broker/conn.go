@@ -512,6 +512,9 @@ func (c *conn) setStalled(v bool) {
 
 // onClose drops the connection's subscriptions and publisher registrations.
 func (c *conn) onClose() {
+	// Before gnet closes the descriptor, whose number another connection may get at once;
+	// the watcher's lock is a leaf, so this is safe even under a ring slot's read lock.
+	c.srv.watcher.forget(c, c.gc.Fd())
 	if c.inWrite {
 		// Inside a DELIVER writev, under a ring slot's read lock: closing takes topic locks,
 		// which would invert the lock order. afterWrite finishes the close after releasing.
@@ -524,7 +527,6 @@ func (c *conn) onClose() {
 
 // finishClose releases what the connection holds. Runs on its loop, holding no lock.
 func (c *conn) finishClose() {
-	c.srv.watcher.forget(c.gc.Fd())
 	c.mu.Lock()
 	c.dead = true
 	fns := c.completions

@@ -28,7 +28,7 @@ func resident(int, int64, int64) bool { return false }
 type writableWatcher struct{}
 
 func newWritableWatcher() (*writableWatcher, error) { return &writableWatcher{}, nil }
-func (w *writableWatcher) forget(int)               {}
+func (w *writableWatcher) forget(*conn, int)        {}
 func (w *writableWatcher) close()                   {}
 
 // unackedBytes cannot be told here: assume the peer has everything.

@@ -40,21 +40,28 @@ func (w *writableWatcher) arm(c *conn, fd int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLONESHOT, Fd: int32(fd)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.conns[int32(fd)]; ok {
+	if old, ok := w.conns[int32(fd)]; ok && old == c {
 		return unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
 	}
-	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	// A new fd, or one an earlier connection held and closed: register it anew (a descriptor
+	// leaves the epoll set when it is closed).
+	err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+	if errors.Is(err, unix.EEXIST) {
+		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
+	}
+	if err != nil {
 		return err
 	}
 	w.conns[int32(fd)] = c
 	return nil
 }
 
-// forget removes fd; call it before the descriptor is closed.
-func (w *writableWatcher) forget(fd int) {
+// forget removes c's registration of fd, if it has one; call it before the descriptor is
+// closed. A registration of the same fd number by another connection is left alone.
+func (w *writableWatcher) forget(c *conn, fd int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.conns[int32(fd)]; ok {
+	if old, ok := w.conns[int32(fd)]; ok && old == c {
 		delete(w.conns, int32(fd))
 		// Can fail only if the fd is already gone, which removed it from the epoll set too.
 		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
