@@ -81,6 +81,10 @@ type conn struct {
 	// durablePart.waitDurable, answered through queueAck). A draining connection stays open
 	// until they are out.
 	durableWaits int
+	// commitWaits counts this connection's COMMIT_OFFSETs its topic's offsets log holds for
+	// its next fsync: owed answers, like durableWaits, that the drain and the idle clock wait
+	// for. Loop-owned.
+	commitWaits int
 	// refused is set once a PRODUCE arrived during shutdown: its refusal (SHUTTING_DOWN with
 	// corr refusedCorr) closes the connection, so it is sent only when the connection is
 	// drained, after the acks it is owed; input after it is discarded unanswered.
@@ -219,7 +223,7 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.setStalled(c.readBlocked || c.deliverBlocked || c.xferBlocked)
-	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 {
+	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 {
 		// Drained, acks included: say goodbye and close (see Server.Shutdown). A PRODUCE
 		// refused meanwhile gets the goodbye as its answer.
 		msg := "broker is shutting down"

@@ -261,12 +261,15 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 		return
 	}
 	topicName := t.name
+	c.commitWaits++
 	err := to.st.Commit(m.Group, m.Partition, m.Offset, func(err error) {
 		c.complete(func(c *conn) {
+			c.commitWaits--
 			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(wire.OpCommitOffset, corr) })
 		})
 	})
 	if err != nil {
+		c.commitWaits--
 		c.reply(corr, commitAnswer(topicName, err), nil)
 	}
 }
