@@ -113,10 +113,10 @@ func (c *conn) frameRead() { c.partialSince, c.idleSince = time.Time{}, time.Tim
 
 // idle reports whether an authenticated connection has nothing outstanding: no subscription,
 // no FETCH waiting, being prepared or being sent, no request holding the connection, no
-// durable ack owed, no input. (Output the client has not read yet does not count: a client
-// that reads nothing and sends nothing is idle. Nor do COMMIT_OFFSET and LIST_OFFSETS jobs on
-// the meta pool, which are not counted anywhere; they take milliseconds, the idle timeout
-// minutes.) Runs on the loop.
+// durable ack or COMMIT_OFFSET answer owed, no input. (Output the client has not read yet
+// does not count: a client that reads nothing and sends nothing is idle. Nor does a LIST_OFFSETS
+// by time on the meta pool, which is not counted anywhere; it takes milliseconds, the idle
+// timeout minutes.) Runs on the loop.
 func (c *conn) idle() bool {
 	return c.principal != nil && len(c.subs) == 0 && len(c.fetches) == 0 && c.xfer == nil && len(c.ready) == 0 &&
 		c.cold == 0 && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 && c.gc.InboundBuffered() == 0

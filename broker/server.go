@@ -42,7 +42,7 @@ type Server struct {
 	throttle *auth.Throttle
 	authPool *workpool.Pool   // credential checks and topic changes (Config.AuthPool)
 	ioPool   *workpool.Pool   // cold FETCH reads and prefetch (Config.IOPool)
-	metaPool *workpool.Pool   // offset commits and LIST_OFFSETS by time (Config.MetaPool)
+	metaPool *workpool.Pool   // LIST_OFFSETS by time (Config.MetaPool)
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
 	loops    loopStates // per-event-loop scratch (record validation); see loopState

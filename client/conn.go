@@ -52,7 +52,8 @@ type Options struct {
 	// KeepAlive is how long the connection may send nothing before the client sends a PING,
 	// so that the broker's idle timeout (PROTOCOL.md 4.6; 10 minutes by default) does not
 	// close a connection the application still holds, such as a producer between bursts.
-	// Default 1 minute; negative: never.
+	// A PING goes out at most 2 x KeepAlive after the last frame, so keep it under half the
+	// broker's idle timeout. Default 1 minute; negative: never.
 	KeepAlive time.Duration
 
 	// Logger receives events that no caller is waiting for (an ERROR frame nobody can be
