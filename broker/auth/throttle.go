@@ -119,7 +119,9 @@ const (
 
 // Busy reports whether r refuses for lack of capacity (answer RESOURCE_LIMIT: retrying soon
 // may succeed) rather than as a penalty for failures (answer TOO_MANY_ATTEMPTS).
-func (r Refusal) Busy() bool { return r == RefusedBusy || r == RefusedAddrBusy || r == RefusedVerifying }
+func (r Refusal) Busy() bool {
+	return r == RefusedBusy || r == RefusedAddrBusy || r == RefusedVerifying
+}
 
 // Message is the refusal's text for the client.
 func (r Refusal) Message() string {
