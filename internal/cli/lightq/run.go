@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/broker"
+	"github.com/lightq/lightq/internal/version"
 )
 
 // Main is the whole of the lightq command, so that tests run it in-process: it layers the
 // settings (embedded default.conf < --config file < $LIGHTQ_* < flags), starts the broker and
 // serves until ctx ends, then shuts down gracefully. It returns the process exit code: 0 after
-// a clean shutdown (or --help, --print-config), 1 when the broker fails, 2 on bad usage.
+// a clean shutdown (or --help, --print-config, --version), 1 when the broker fails, 2 on bad usage.
 //
 // Main may be called more than once in a process (tests do). It sets GOMAXPROCS for the
 // process (see reserveLoopProcs) unless $GOMAXPROCS is set.
@@ -45,6 +46,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	configFile := fs.String("config", "", "read settings from this file (key = value lines, as --print-config shows)")
 	printConfig := fs.Bool("print-config", false, "print the embedded default configuration and exit")
+	printVersion := fs.Bool("version", false, "print the version (module, VCS revision and time, Go) and exit")
 	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof on this address (debugging; keep it on loopback)")
 	fetchCopy := fs.Bool("fetch-copy", false, "send FETCH data with read+write instead of sendfile (for comparing the two)")
 	if err := fs.Parse(args); err != nil {
@@ -56,6 +58,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "lightq: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if *printVersion {
+		fmt.Fprintln(stdout, version.String("lightq"))
+		return 0
 	}
 	if *printConfig {
 		fmt.Fprint(stdout, defaultConf)

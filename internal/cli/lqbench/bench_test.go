@@ -12,6 +12,7 @@ import (
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/version"
 )
 
 const (
@@ -381,5 +382,13 @@ func TestSendLog(t *testing.T) {
 	nilLog.note(0, 0)
 	if nilLog.sentAt(0) != 0 || newSendLog(1, maxSendLog+1) != nil {
 		t.Error("nil or oversized log records")
+	}
+}
+
+// TestMainVersion: --version prints the build's version line and runs nothing.
+func TestMainVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"--version"}, func(string) string { return "" }, &out, &errb); code != 0 || out.String() != version.String("lqbench")+"\n" {
+		t.Errorf("--version: exit %d, printed %q %q", code, out.String(), errb.String())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -21,6 +22,7 @@ import (
 const DefaultBroker = "127.0.0.1:7450"
 
 const usage = `Usage: lqbench produce|consume|e2e [flags]
+       lqbench --version
 
 Measures LightQ throughput and latency, as the original lightq-producer and lightq-consumer
 did, plus end-to-end latency percentiles.
@@ -44,6 +46,10 @@ Flags:
 // Main runs lqbench with args (without the program name) and returns the exit code: 0 done,
 // 1 the run failed, 2 bad usage.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V") {
+		fmt.Fprintln(stdout, version.String("lqbench"))
+		return 0
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprint(stderr, usage)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -92,6 +93,7 @@ Other flags:
   -J           JSON output for -L, topic list, stats and group
   -q           no warnings
   -v           say what was done (on stderr)
+  -V           print the version (module, VCS revision and time, Go) and exit
   --timeout D  connect timeout (default 10s)
 
 Exit codes:
@@ -196,6 +198,9 @@ func (r *runner) run(ctx context.Context, args []string) error {
 			return r.groupCmd(ctx, args[1:])
 		case "help", "-h", "-help", "--help":
 			io.WriteString(r.stdout, usage)
+			return errHelp
+		case "-V", "--version", "-version":
+			fmt.Fprintln(r.stdout, version.String("lqcat"))
 			return errHelp
 		}
 	}

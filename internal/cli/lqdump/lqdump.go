@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/log"
 )
 
@@ -21,8 +22,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	verify := fs.Bool("verify", false, "check every batch's header and CRC instead of listing them")
 	maxBatch := fs.Int("max-batch", 0, "largest batch the broker accepts (0: the default)")
+	printVersion := fs.Bool("version", false, "print the version (module, VCS revision and time, Go) and exit")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: lqdump [-verify] [-max-batch N] <data dir>/topics/<topic>/<partition>")
+		fmt.Fprintln(stderr, "Usage: lqdump [-verify] [-max-batch N] <data dir>/topics/<topic>/<partition>\n       lqdump -version")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -30,6 +32,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *printVersion {
+		fmt.Fprintln(stdout, version.String("lqdump"))
+		return 0
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
@@ -74,4 +75,12 @@ func makeBatch(rng *rand.Rand, n, valueSize int, ts int64) []byte {
 		panic(err)
 	}
 	return append([]byte(nil), out...)
+}
+
+// TestVersion: -version prints the build's version line without a directory.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"-version"}, &out, &errb); code != 0 || out.String() != version.String("lqdump")+"\n" {
+		t.Errorf("-version: exit %d, printed %q %q", code, out.String(), errb.String())
+	}
 }
