@@ -17,6 +17,7 @@ import (
 
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/internal/size"
 )
 
 // defaultConf is every setting with its default; --print-config prints it, and its keys are
@@ -119,6 +120,13 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 		}
 		return v
 	}
+	bytes := func(key string) int {
+		v, err := size.ParseInt(set[key])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+		}
+		return v
+	}
 	dur := func(key string) time.Duration {
 		v, err := time.ParseDuration(set[key])
 		if err != nil {
@@ -130,17 +138,17 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.DataDir = set["data-dir"]
 	cfg.AdminUser = set["admin-user"]
 	cfg.AdminPassword = getenv("LIGHTQ_ADMIN_PASSWORD")
-	cfg.Limits.MaxBatch = num("max-batch")
+	cfg.Limits.MaxBatch = bytes("max-batch")
 	cfg.Limits.MaxFrame = cfg.Limits.MaxBatch + 1024
-	cfg.Limits.MaxMessage = num("max-message")
+	cfg.Limits.MaxMessage = bytes("max-message")
 	cfg.Limits.AuthTimeout = dur("auth-timeout")
 	cfg.EventLoops = num("event-loops")
-	cfg.ReadBufferCap = num("read-buffer")
-	cfg.HighWaterMark = num("high-water-mark")
-	cfg.RingBytes = num("ring-bytes")
+	cfg.ReadBufferCap = bytes("read-buffer")
+	cfg.HighWaterMark = bytes("high-water-mark")
+	cfg.RingBytes = bytes("ring-bytes")
 	cfg.RingSlots = num("ring-slots")
-	if v, err := strconv.ParseInt(set["max-ring-memory"], 10, 64); err != nil {
-		errs = append(errs, fmt.Errorf("max-ring-memory: %q is not an integer", set["max-ring-memory"]))
+	if v, err := size.Parse(set["max-ring-memory"]); err != nil {
+		errs = append(errs, fmt.Errorf("max-ring-memory: %w", err))
 	} else {
 		cfg.MaxRingMemory = v
 	}

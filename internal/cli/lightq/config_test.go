@@ -40,3 +40,32 @@ func TestConnectionLimitSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSizeSettings: every size setting takes plain bytes or a unit (KB, MiB, ...), and a bad
+// size names its setting and the units.
+func TestSizeSettings(t *testing.T) {
+	settings, err := parseConf(defaultConf, "default.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings["max-batch"], settings["max-message"] = "2MiB", "1MB"
+	settings["read-buffer"], settings["high-water-mark"] = "512KiB", "8MiB"
+	settings["ring-bytes"], settings["max-ring-memory"] = "64MiB", "8GiB"
+	cfg, err := buildConfig(settings, envFunc(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.MaxBatch != 2<<20 || cfg.Limits.MaxMessage != 1e6 || cfg.ReadBufferCap != 512<<10 || cfg.HighWaterMark != 8<<20 || cfg.RingBytes != 64<<20 || cfg.MaxRingMemory != 8<<30 {
+		t.Errorf("batch %d, message %d, read %d, hwm %d, ring %d, ring memory %d", cfg.Limits.MaxBatch, cfg.Limits.MaxMessage, cfg.ReadBufferCap, cfg.HighWaterMark, cfg.RingBytes, cfg.MaxRingMemory)
+	}
+	for _, key := range []string{"max-batch", "max-message", "read-buffer", "high-water-mark", "ring-bytes", "max-ring-memory"} {
+		s := map[string]string{}
+		for k, v := range settings {
+			s[k] = v
+		}
+		s[key] = "64 MiB"
+		if _, err := buildConfig(s, envFunc(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), key+":") || !strings.Contains(err.Error(), "MiB") {
+			t.Errorf("%s = 64 MiB: error %v does not name the setting and the units", key, err)
+		}
+	}
+}

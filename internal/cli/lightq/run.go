@@ -31,7 +31,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs := flag.NewFlagSet("lightq", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: lightq [flags]\n\nThe LightQ message broker. Every flag can also be set by the environment variable\nLIGHTQ_<FLAG> (dashes become underscores) or in a --config file.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: lightq [flags]\n\nThe LightQ message broker. Every flag can also be set by the environment variable\nLIGHTQ_<FLAG> (dashes become underscores) or in a --config file. Sizes are bytes or take a\nunit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), as in 64MiB.\n\nFlags:\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(stderr, "\nEnvironment only: LIGHTQ_ADMIN_PASSWORD (admin password).\n")
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -390,5 +391,30 @@ func TestMainVersion(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Main(context.Background(), []string{"--version"}, func(string) string { return "" }, &out, &errb); code != 0 || out.String() != version.String("lqbench")+"\n" {
 		t.Errorf("--version: exit %d, printed %q %q", code, out.String(), errb.String())
+	}
+}
+
+// TestFlagsSizesAndAliases: sizes take units, and nats bench's --msgs, --size, --pub and --sub
+// set the same things as -m, -s, --producers and --consumers.
+func TestFlagsSizesAndAliases(t *testing.T) {
+	for _, args := range [][]string{
+		{"-m", "500", "-s", "1KiB", "--producers", "3", "--consumers", "2", "--batch", "1MiB", "--window", "32MiB"},
+		{"--msgs", "500", "--size", "1KiB", "--pub", "3", "--sub", "2", "--batch", "1048576", "--window", "32MiB"},
+	} {
+		var cfg Config
+		fs := newFlags(&cfg, new(options), io.Discard)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if cfg.Messages != 500 || cfg.Size != 1024 || cfg.Producers != 3 || cfg.Consumers != 2 || cfg.BatchBytes != 1<<20 || cfg.Window != 32<<20 {
+			t.Errorf("%q: %+v", args, cfg)
+		}
+	}
+	var cfg Config
+	if err := newFlags(&cfg, new(options), io.Discard).Parse(nil); err != nil || cfg.Size != 100 || cfg.BatchBytes != 512<<10 || cfg.Window != 16<<20 || cfg.Partitions != 1 {
+		t.Errorf("defaults: %v %+v", err, cfg)
+	}
+	if err := newFlags(&cfg, new(options), io.Discard).Parse([]string{"-s", "1.5KB"}); err == nil {
+		t.Error("-s 1.5KB parsed")
 	}
 }

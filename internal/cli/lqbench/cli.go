@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/size"
 	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
@@ -34,6 +35,9 @@ did, plus end-to-end latency percentiles.
 Credentials: --user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD for the topic; with admin
 credentials (--admin-user/--admin-password or $LIGHTQ_ADMIN_USER/$LIGHTQ_ADMIN_PASSWORD) the
 topic is created first.
+
+nats bench's --msgs, --size, --pub and --sub work as -m, -s, --producers and --consumers;
+-n is the topic's partitions here, not a message count.
 
 Examples:
   LIGHTQ_ADMIN_PASSWORD=$(cat data/admin-password) lqbench e2e -m 1000000 -s 100
@@ -132,16 +136,23 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Broker, "b", "", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
 	fs.StringVar(&cfg.Topic, "t", "lqbench", "topic")
 	fs.IntVar(&cfg.Messages, "m", 1_000_000, "messages per producer")
-	fs.IntVar(&cfg.Size, "s", 100, "message size in bytes (at least 16: the timestamp stamp)")
-	fs.IntVar(&cfg.Partitions, "n", 1, "partitions of the topic when lqbench creates it")
+	fs.IntVar(&cfg.Messages, "msgs", 1_000_000, "the same as -m (nats bench's name)")
+	cfg.Size = 100
+	fs.Var((*size.IntValue)(&cfg.Size), "s", "message size: bytes or with a unit, 1KiB (at least 16: the timestamp stamp)")
+	fs.Var((*size.IntValue)(&cfg.Size), "size", "the same as -s (nats bench's name)")
+	fs.IntVar(&cfg.Partitions, "n", 1, "partitions of the topic when lqbench creates it (not nats bench's message count: that is -m or --msgs)")
 	fs.IntVar(&cfg.Producers, "producers", 1, "producer connections")
+	fs.IntVar(&cfg.Producers, "pub", 1, "the same as --producers (nats bench's name)")
 	fs.IntVar(&cfg.Consumers, "consumers", 1, "consumer connections")
+	fs.IntVar(&cfg.Consumers, "sub", 1, "the same as --consumers (nats bench's name)")
 	fs.StringVar(&cfg.Group, "group", "", "queue group shared by the consumers (default: each gets every message)")
-	fs.IntVar(&cfg.BatchBytes, "batch", 512<<10, "producer batch size in bytes")
+	cfg.BatchBytes = 512 << 10
+	fs.Var((*size.IntValue)(&cfg.BatchBytes), "batch", "producer batch size: bytes or with a unit, 512KiB")
 	fs.DurationVar(&cfg.Linger, "linger", time.Millisecond, "producer linger time")
 	fs.IntVar(&cfg.MaxInFlight, "inflight", 16, "batches in flight per producer")
 	fs.IntVar(&cfg.Rate, "rate", 0, "total messages per second, open loop (0 = as fast as possible)")
-	fs.IntVar(&cfg.Window, "window", 16<<20, "subscription credit window in bytes")
+	cfg.Window = 16 << 20
+	fs.Var((*size.IntValue)(&cfg.Window), "window", "subscription credit window: bytes or with a unit, 16MiB")
 	fs.DurationVar(&cfg.IdleTimeout, "idle", 5*time.Second, "consumers stop after this long without a message")
 	fs.StringVar(&o.kind, "kind", "transient", "topic kind: transient or durable")
 	fs.StringVar(&o.acks, "acks", "written", "acknowledgements: none, written or durable")

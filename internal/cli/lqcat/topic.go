@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/size"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -27,7 +28,8 @@ created when new; an existing user must be given its password.
 
 --retention takes a duration (90m, 24h, 7d: retention.ms) or a size (500MiB, 10GB:
 retention.bytes); give it twice for both. Sizes take B, KB, MB, GB, TB (powers of 1000) or
-KiB, MiB, GiB, TiB. -X passes any topic option the broker knows (PROTOCOL.md, CREATE_TOPIC).
+KiB, MiB, GiB, TiB. -X passes any topic option the broker knows (PROTOCOL.md, CREATE_TOPIC);
+the size options (segment.bytes, retention.bytes, ring.bytes) take units there too.
 Exit code 8 when the topic exists.
 
 Example:
@@ -241,32 +243,27 @@ func (f *topicFlags) options(kind wire.Kind) ([]wire.Option, error) {
 		if !ok {
 			return nil, usageErr("-X %q: want key=value", kv)
 		}
+		if sizeOptions[k] {
+			n, err := size.Parse(v)
+			if err != nil {
+				return nil, usageErr("-X %s: %v", k, err)
+			}
+			v = strconv.FormatInt(n, 10)
+		}
 		opts = append(opts, wire.Option{Key: k, Value: v})
 	}
 	return opts, nil
 }
 
-// parseSize reads "1024", "64KiB", "10GB"; ok is false unless it is a size.
+// parseSize reads "1024", "64KiB", "10GB" (see package size); ok is false unless it is a size.
 func parseSize(s string) (int64, bool) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	mult := int64(1)
-	num := s
-	for _, u := range units {
-		if strings.HasSuffix(s, u.suffix) {
-			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, false
-	}
-	return n * mult, true
+	n, err := size.Parse(s)
+	return n, err == nil
 }
+
+// sizeOptions are the topic options whose values are sizes: -X takes them with units too,
+// and sends the plain integer the broker expects.
+var sizeOptions = map[string]bool{wire.OptionSegmentBytes: true, wire.OptionRetentionBytes: true, wire.OptionRingBytes: true}
 
 // parseDurationMs reads a Go duration, or whole days as "7d", in milliseconds.
 func parseDurationMs(s string) (int64, error) {

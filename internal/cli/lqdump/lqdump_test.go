@@ -84,3 +84,22 @@ func TestVersion(t *testing.T) {
 		t.Errorf("-version: exit %d, printed %q %q", code, out.String(), errb.String())
 	}
 }
+
+// TestMaxBatchUnits: -max-batch takes a size with a unit, and a bad one is a usage error.
+func TestMaxBatchUnits(t *testing.T) {
+	dir := t.TempDir()
+	l, err := log.Open(dir, log.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := Main([]string{"-max-batch", "4MiB", "-verify", dir}, &out, &errb); code != 0 {
+		t.Errorf("-max-batch 4MiB: exit %d: %s", code, errb.String())
+	}
+	if code := Main([]string{"-max-batch", "4 MiB", dir}, &out, &errb); code != 2 {
+		t.Errorf("-max-batch '4 MiB': exit %d, want 2", code)
+	}
+}
