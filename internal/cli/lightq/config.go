@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -50,7 +51,15 @@ var confHelp = map[string]string{
 	"idle-timeout":             "close an authenticated connection with nothing outstanding after this long (0 = never)",
 	"max-connections":          "open connections in all; more are refused",
 	"max-connections-per-addr": "open connections from one client IP address; more are refused",
+
+	// Debugging.
+	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback)",
+	"fetch-copy": "send FETCH data with read+write instead of sendfile (for comparing the two)",
 }
+
+// boolSettings are the settings that are booleans ("true" or "false"): their flags are
+// boolean flags, so --fetch-copy alone means true.
+var boolSettings = map[string]bool{"fetch-copy": true}
 
 // layerSettings overlays settings, the embedded defaults, with the --config file (when
 // configFile is not empty; a key the defaults lack is an error), then $LIGHTQ_<KEY>, then the
@@ -158,6 +167,16 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.IdleTimeout = dur("idle-timeout")
 	cfg.MaxConnections = num("max-connections")
 	cfg.MaxConnectionsPerAddr = num("max-connections-per-addr")
+	if v, err := strconv.ParseBool(set["fetch-copy"]); err != nil {
+		errs = append(errs, fmt.Errorf("fetch-copy: %q is not true or false", set["fetch-copy"]))
+	} else {
+		cfg.FetchCopy = v
+	}
+	if addr := set["pprof-addr"]; addr != "" {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("pprof-addr: %q is not host:port", addr))
+		}
+	}
 	p, err := parseHashParams(set["hash-params"])
 	if err != nil {
 		errs = append(errs, err)
