@@ -59,9 +59,11 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	r.c.creatingTopic = sub == "create"
 	if err := r.c.resolve(r.getenv); err != nil {
 		return err
 	}
+	optFlags.extra = r.c.topicOptions
 	switch sub {
 	case "create":
 		if len(pos) != 1 {
@@ -159,7 +161,7 @@ type topicFlags struct {
 	segmentAge   string   // --segment-ms: a duration or days
 	ringBytes    string   // --ring-bytes: a size
 	ringSlots    int      // --ring-slots; 0: the broker's default
-	extra        listFlag // -X key=value, passed as they are
+	extra        []string // the -X key=value that are not client options (common.topicOptions)
 }
 
 // register adds the flags to fs.
@@ -170,7 +172,6 @@ func (f *topicFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.segmentAge, "segment-ms", "", "segment age")
 	fs.StringVar(&f.ringBytes, "ring-bytes", "", "ring size")
 	fs.IntVar(&f.ringSlots, "ring-slots", 0, "ring slots")
-	fs.Var(&f.extra, "X", "key=value")
 }
 
 // options turns the flags into broker options, checked against the kind.
