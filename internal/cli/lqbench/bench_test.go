@@ -418,3 +418,24 @@ func TestFlagsSizesAndAliases(t *testing.T) {
 		t.Error("-s 1.5KB parsed")
 	}
 }
+
+// TestTextDropsTransientLinesOnDurable: the ring's "Dropped" line appears for transient runs
+// only; a durable topic's consumers read the log and drop nothing.
+func TestTextDropsTransientLinesOnDurable(t *testing.T) {
+	for kind, want := range map[string]bool{"transient": true, "durable": false} {
+		var out bytes.Buffer
+		(&Result{Mode: "e2e", Kind: kind, Messages: 10, Produced: 10, ProduceSeconds: 1}).WriteText(&out)
+		if got := strings.Contains(out.String(), "Dropped"); got != want {
+			t.Errorf("%s: Dropped line %v, want %v:\n%s", kind, got, want, out.String())
+		}
+	}
+}
+
+// TestBrokerDefaultPort: -b with only a host gets the broker's default port.
+func TestBrokerDefaultPort(t *testing.T) {
+	cfg := Config{Broker: "localhost"}
+	o := options{kind: "transient", acks: "written", codec: "none"}
+	if err := o.apply(&cfg, func(string) string { return "" }); err != nil || cfg.Broker != "localhost:7450" {
+		t.Errorf("-b localhost: %q, %v", cfg.Broker, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/brokeraddr"
 	"github.com/lightq/lightq/internal/size"
 	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
@@ -133,7 +134,7 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("lqbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	fs.StringVar(&cfg.Broker, "b", "", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
+	fs.StringVar(&cfg.Broker, "b", "", "broker host[:port] (default $LIGHTQ_BROKER or "+DefaultBroker+"; the port defaults to "+brokeraddr.DefaultPort+")")
 	fs.StringVar(&cfg.Topic, "t", "lqbench", "topic")
 	fs.IntVar(&cfg.Messages, "m", 1_000_000, "messages per producer")
 	fs.IntVar(&cfg.Messages, "msgs", 1_000_000, "the same as -m (nats bench's name)")
@@ -178,6 +179,7 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 		}
 	}
 	orEnv(&cfg.Broker, "LIGHTQ_BROKER", DefaultBroker)
+	cfg.Broker = brokeraddr.WithDefaultPort(cfg.Broker)
 	orEnv(&cfg.User, "LIGHTQ_USER", "lqbench")
 	orEnv(&cfg.Password, "LIGHTQ_PASSWORD", "lqbench-password")
 	orEnv(&cfg.AdminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
