@@ -39,3 +39,19 @@ func TestOptionRangeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribeDurableNamesTheWay: SUBSCRIBE to a durable topic is NOT_SUPPORTED, and the
+// message says what reads one: FETCH, or the Go client's NewConsumer.
+func TestSubscribeDurableNamesTheWay(t *testing.T) {
+	srv := startBroker(t, nil)
+	c := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	m := wire.CreateTopic{Name: "d", Kind: wire.KindDurable, Partitions: 1, User: "d-user", Password: "d-password-1"}
+	c.expectResponse(wire.OpCreateTopic, c.send(wire.OpCreateTopic, m.AppendTo(nil)))
+	sub := wire.Subscribe{Topic: "d", Partition: wire.PartitionAny, Credit: 1 << 20}
+	eb := c.expectError(c.send(wire.OpSubscribe, sub.AppendTo(nil)), wire.CodeNotSupported)
+	for _, want := range []string{`"d" is durable`, "FETCH", "NewConsumer"} {
+		if !strings.Contains(eb.Message, want) {
+			t.Errorf("message %q lacks %q", eb.Message, want)
+		}
+	}
+}

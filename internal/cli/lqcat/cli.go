@@ -74,7 +74,8 @@ Consume (-C):
              Default: beginning on durable topics; transient topics are live only (end).
   -p N       only partition N
   -c N       exit after N messages
-  -e         exit at the end of the log (as it was when lqcat started)
+  -e         exit at the end of the log (as it was when lqcat started). An -o N beyond
+             the end is an error (exit 9) with -e as without it.
   -G GROUP   durable topic: start at the group's committed offsets (-o applies where it has
              none) and commit the offset after each message printed, every second and at
              exit. Transient topic: a queue group, whose members share the messages.

@@ -371,6 +371,11 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 	bounded := eof || cc.start.hasStop
 	remaining := len(ids)
 	for _, id := range ids {
+		// A start beyond the end is out of range with -e as without it (where the consumer's
+		// first fetch reports it): -e must not turn a wrong offset into a silent success.
+		if p := prog[id]; eof && p.k.Position(id) > p.end {
+			return withCode(ExitOutOfRange, fmt.Errorf("topic %q partition %d: offset %d is beyond the end of the log (%d)", cc.topic, id, p.k.Position(id), p.end))
+		}
 		if p := prog[id]; eof && p.k.Position(id) >= p.end {
 			p.done = true
 			remaining--

@@ -182,6 +182,7 @@ type groupTable int
 const (
 	describeTable groupTable = iota // group describe: committed offsets and lag
 	resetTable                      // group reset: the offsets before and after
+	dryRunTable                     // group reset --dry-run: the offsets now and those a reset would commit
 )
 
 func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
@@ -200,9 +201,12 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 		return strconv.FormatInt(v, 10)
 	}
 	tw := tabwriter.NewWriter(r.stdout, 0, 4, 2, ' ', 0)
-	if table == resetTable {
+	switch table {
+	case resetTable:
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tPREVIOUS\tCOMMITTED\tLATEST\tLAG")
-	} else {
+	case dryRunTable:
+		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tWOULD COMMIT\tLATEST\tLAG")
+	default:
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tLATEST\tLAG")
 	}
 	for _, row := range rows {
@@ -210,7 +214,7 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 		if row.Lag != nil {
 			lag = num(*row.Lag)
 		}
-		if table == resetTable {
+		if table != describeTable {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(*row.Previous), num(row.Committed), row.Latest, lag)
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(row.Committed), row.Latest, lag)
@@ -272,6 +276,9 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 		prev := offs[i]
 		row.Previous = &prev
 		rows = append(rows, row)
+	}
+	if dryRun {
+		return r.printGroupRows(rows, dryRunTable)
 	}
 	return r.printGroupRows(rows, resetTable)
 }

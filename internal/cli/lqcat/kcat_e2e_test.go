@@ -91,3 +91,36 @@ func TestDefaultPort(t *testing.T) {
 		t.Errorf("$LIGHTQ_BROKER=broker.internal: %q, %v", c.broker, err)
 	}
 }
+
+// TestOffsetBeyondEnd: -o N past the end of the log is out of range (exit 9, saying so) with
+// -e as without it; -o at the end itself is fine and prints nothing with -e.
+func TestOffsetBeyondEnd(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("o", "durable", 1)
+	e.ok("a\nb\n", "-P", "-t", "o")
+	e.expect(ExitOutOfRange, "beyond the end", "", "-C", "-t", "o", "-o", "99999", "-e")
+	r := e.expect(ExitOutOfRange, "beyond the end", "", "-C", "-t", "o", "-o", "99999")
+	if strings.Contains(r.err, "topics/") {
+		t.Errorf("the error shows a server path: %q", r.err)
+	}
+	if got := e.ok("", "-C", "-t", "o", "-o", "2", "-e"); got != "" {
+		t.Errorf("-o 2 -e (the end): %q", got)
+	}
+}
+
+// TestDryRunHeading: group reset --dry-run commits nothing, and its table says the offsets are
+// what a reset would commit, not what is committed.
+func TestDryRunHeading(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("r", "durable", 1)
+	e.ok("a\nb\n", "-P", "-t", "r")
+	e.ok("", "-C", "-t", "r", "-G", "g", "-c", "1")
+	out := e.ok("", "group", "reset", "-G", "g", "-t", "r", "--to-latest", "--dry-run")
+	head, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(head, "WOULD COMMIT") || strings.Contains(head, "PREVIOUS") {
+		t.Errorf("--dry-run heading: %q", head)
+	}
+	if got := e.ok("", "-C", "-t", "r", "-G", "g", "-e"); got != "b\n" {
+		t.Errorf("after the dry run the group reads %q, want b", got)
+	}
+}
