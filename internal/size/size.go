@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/lightq/lightq/wire"
 )
 
 // units in the order Parse tries them: the binary ones first, so "MiB" is not read as "B".
@@ -93,4 +95,21 @@ func (v *IntValue) Set(s string) error {
 	}
 	*v = IntValue(n)
 	return nil
+}
+
+// topicSizeOptions are the topic options whose values are sizes in bytes.
+var topicSizeOptions = map[string]bool{wire.OptionSegmentBytes: true, wire.OptionRetentionBytes: true, wire.OptionRingBytes: true}
+
+// TopicOption returns the wire value of the topic option key=value as a command line gave it:
+// for the size options (segment.bytes, retention.bytes, ring.bytes) the size in plain bytes,
+// as the broker takes it ("64MiB" becomes "67108864"); for any other key the value unchanged.
+func TopicOption(key, value string) (string, error) {
+	if !topicSizeOptions[key] {
+		return value, nil
+	}
+	n, err := Parse(value)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", key, err)
+	}
+	return strconv.FormatInt(n, 10), nil
 }

@@ -47,3 +47,17 @@ func TestValue(t *testing.T) {
 		t.Error("-small lots parsed")
 	}
 }
+
+func TestTopicOption(t *testing.T) {
+	for _, tc := range [][3]string{
+		{"segment.bytes", "64MiB", "67108864"}, {"retention.bytes", "10GB", "10000000000"},
+		{"ring.bytes", "4194304", "4194304"}, {"retention.ms", "1000", "1000"}, {"fsync", "always", "always"},
+	} {
+		if got, err := TopicOption(tc[0], tc[1]); err != nil || got != tc[2] {
+			t.Errorf("TopicOption(%s, %s) = %q, %v; want %q", tc[0], tc[1], got, err, tc[2])
+		}
+	}
+	if _, err := TopicOption("ring.bytes", "big"); err == nil || !strings.Contains(err.Error(), "ring.bytes") {
+		t.Errorf("ring.bytes=big: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/internal/version"
+	"github.com/lightq/lightq/wire"
 )
 
 const (
@@ -437,5 +439,25 @@ func TestBrokerDefaultPort(t *testing.T) {
 	o := options{kind: "transient", acks: "written", codec: "none"}
 	if err := o.apply(&cfg, func(string) string { return "" }); err != nil || cfg.Broker != "localhost:7450" {
 		t.Errorf("-b localhost: %q, %v", cfg.Broker, err)
+	}
+}
+
+// TestTopicOptionFlags: -X passes topic options for the topic lqbench creates, with sizes in
+// units turned into plain bytes; a malformed one is bad usage.
+func TestTopicOptionFlags(t *testing.T) {
+	var cfg Config
+	o := options{kind: "durable", acks: "written", codec: "none", fsync: "always", topicOptions: []string{"segment.bytes=4MiB", "retention.ms=60000"}}
+	if err := o.apply(&cfg, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.Option{{Key: "fsync", Value: "always"}, {Key: "segment.bytes", Value: "4194304"}, {Key: "retention.ms", Value: "60000"}}
+	if !slices.Equal(cfg.TopicOptions, want) {
+		t.Errorf("options %v, want %v", cfg.TopicOptions, want)
+	}
+	for _, bad := range []string{"segment.bytes=4 MiB", "novalue", "=1"} {
+		o := options{kind: "durable", acks: "written", codec: "none", topicOptions: []string{bad}}
+		if err := o.apply(&Config{}, func(string) string { return "" }); err == nil {
+			t.Errorf("-X %s accepted", bad)
+		}
 	}
 }

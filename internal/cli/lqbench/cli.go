@@ -44,6 +44,7 @@ Examples:
   LIGHTQ_ADMIN_PASSWORD=$(cat data/admin-password) lqbench e2e -m 1000000 -s 100
   lqbench e2e -s 1024 --rate 50000 --json
   lqbench produce -t events -n 4 --acks none -z s2
+  lqbench e2e --kind durable --fsync always -X segment.bytes=64MiB --size 1KiB
 
 Flags:
 `
@@ -126,6 +127,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 type options struct {
 	kind, acks, codec string
 	fsync             string
+	topicOptions      []string // -X key=value
 	json, quiet       bool
 	cpuProfile        string
 }
@@ -157,6 +159,10 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.IdleTimeout, "idle", 5*time.Second, "consumers stop after this long without a message")
 	fs.StringVar(&o.kind, "kind", "transient", "topic kind: transient or durable")
 	fs.StringVar(&o.acks, "acks", "written", "acknowledgements: none, written or durable")
+	fs.Func("X", "topic option key=value for a topic lqbench creates (repeatable; sizes take units: -X segment.bytes=64MiB)", func(s string) error {
+		o.topicOptions = append(o.topicOptions, s)
+		return nil
+	})
 	fs.StringVar(&o.fsync, "fsync", "", "fsync policy of a durable topic lqbench creates: always, never or interval=<duration>")
 	fs.StringVar(&o.codec, "z", "none", "compression: none, s2 or zstd")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object")
@@ -198,6 +204,17 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 			return fmt.Errorf("--fsync needs --kind durable")
 		}
 		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: wire.OptionFsync, Value: o.fsync})
+	}
+	for _, kv := range o.topicOptions {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("-X %q: want key=value", kv)
+		}
+		v, err := size.TopicOption(k, v)
+		if err != nil {
+			return fmt.Errorf("-X %w", err)
+		}
+		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: k, Value: v})
 	}
 	switch o.acks {
 	case "none":

@@ -244,12 +244,9 @@ func (f *topicFlags) options(kind wire.Kind) ([]wire.Option, error) {
 		if !ok {
 			return nil, usageErr("-X %q: want key=value", kv)
 		}
-		if sizeOptions[k] {
-			n, err := size.Parse(v)
-			if err != nil {
-				return nil, usageErr("-X %s: %v", k, err)
-			}
-			v = strconv.FormatInt(n, 10)
+		v, err := size.TopicOption(k, v)
+		if err != nil {
+			return nil, usageErr("-X %v", err)
 		}
 		opts = append(opts, wire.Option{Key: k, Value: v})
 	}
@@ -261,10 +258,6 @@ func parseSize(s string) (int64, bool) {
 	n, err := size.Parse(s)
 	return n, err == nil
 }
-
-// sizeOptions are the topic options whose values are sizes: -X takes them with units too,
-// and sends the plain integer the broker expects.
-var sizeOptions = map[string]bool{wire.OptionSegmentBytes: true, wire.OptionRetentionBytes: true, wire.OptionRingBytes: true}
 
 // parseDurationMs reads a Go duration, or whole days as "7d", in milliseconds.
 func parseDurationMs(s string) (int64, error) {
