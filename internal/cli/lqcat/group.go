@@ -45,14 +45,15 @@ func (r *runner) groupCmd(ctx context.Context, args []string) error {
 		toEarliest, toLatest, dryRun bool
 		toOffset, toTime             int64
 	)
-	fs.StringVar(&group, "G", "", "group")
-	fs.StringVar(&topic, "t", "", "topic")
+	onceVar(fs, &group, "G", "group")
+	onceVar(fs, &topic, "t", "topic")
 	fs.Var(&part, "p", "partition")
-	fs.StringVar(&groups, "groups", "", "candidate groups")
+	onceVar(fs, &groups, "groups", "candidate groups")
 	fs.BoolVar(&toEarliest, "to-earliest", false, "")
 	fs.BoolVar(&toLatest, "to-latest", false, "")
-	fs.Int64Var(&toOffset, "to-offset", -1, "")
-	fs.Int64Var(&toTime, "to-time", -1, "")
+	toOffset, toTime = -1, -1
+	onceIntVar(fs, &toOffset, new(bool), "to-offset", "")
+	onceIntVar(fs, &toTime, new(bool), "to-time", "")
 	fs.BoolVar(&dryRun, "dry-run", false, "")
 	pos, err := r.parse(fs, groupHelp, args[1:])
 	if err != nil {

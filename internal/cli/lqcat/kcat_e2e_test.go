@@ -56,7 +56,11 @@ func TestKcatConsumeHabits(t *testing.T) {
 	e.expect(ExitUsage, "given twice with different values", "", "-C", "-t", "s", "-t", "other", "-e")
 	e.expect(ExitUsage, "given twice with different values", "", "-C", "-t", "s", "-p", "0", "-p", "1", "-e")
 	e.expect(ExitUsage, "given twice with different values", "", "-b", "127.0.0.1:1", "stats", "s", "-b", "127.0.0.1:2")
-	if got := e.ok("", "-C", "-t", "s", "-t", "s", "-e", "-o", "-1"); got != "c\n" {
+	e.expect(ExitUsage, "given twice with different values", "", "-C", "-t", "s", "-c", "1", "-c2", "-e")
+	e.expect(ExitUsage, "given twice with different values", "", "topic", "create", "z", "--partitions", "2", "-n", "3")
+	e.expect(ExitUsage, "given twice with different values", "", "group", "describe", "-G", "a", "-G", "b", "-t", "s")
+	e.expect(ExitUsage, "not an integer", "", "-C", "-t", "s", "-c", "many")
+	if got := e.ok("", "-C", "-t", "s", "-t", "s", "-c", "1", "-c", "1", "-e", "-o", "-1"); got != "c\n" {
 		t.Errorf("-t s -t s: %q", got)
 	}
 }

@@ -47,7 +47,7 @@ func (r *runner) kcatMode(ctx context.Context, args []string) error {
 	o.delim = `\n`
 	onceVar(fs, &o.delim, "D", "message delimiter")
 	onceVar(fs, &o.keyDelim, "K", "key delimiter")
-	fs.IntVar(&o.count, "c", 0, "message count")
+	onceIntVar(fs, &o.count, new(bool), "c", "message count")
 	onceVar(fs, &o.key, "k", "fixed key")
 	fs.Var(&o.headers, "H", "header name=value")
 	o.codec = "none"

@@ -50,9 +50,12 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 		optFlags   topicFlags
 	)
 	if sub == "create" {
-		fs.IntVar(&partitions, "partitions", 1, "partitions")
-		fs.IntVar(&partitions, "n", 1, "partitions")
-		fs.StringVar(&kind, "kind", "transient", "kind")
+		partitions = 1
+		partitionsSet := new(bool)
+		onceIntVar(fs, &partitions, partitionsSet, "partitions", "partitions")
+		onceIntVar(fs, &partitions, partitionsSet, "n", "partitions")
+		kind = "transient"
+		onceVar(fs, &kind, "kind", "kind")
 		optFlags.register(fs)
 	}
 	pos, err := r.parse(fs, topicHelp, args[1:])
@@ -166,12 +169,12 @@ type topicFlags struct {
 
 // register adds the flags to fs.
 func (f *topicFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.fsync, "fsync", "", "fsync policy")
+	onceVar(fs, &f.fsync, "fsync", "fsync policy")
 	fs.Var(&f.retention, "retention", "retention")
-	fs.StringVar(&f.segmentBytes, "segment-bytes", "", "segment size")
-	fs.StringVar(&f.segmentAge, "segment-ms", "", "segment age")
-	fs.StringVar(&f.ringBytes, "ring-bytes", "", "ring size")
-	fs.IntVar(&f.ringSlots, "ring-slots", 0, "ring slots")
+	onceVar(fs, &f.segmentBytes, "segment-bytes", "segment size")
+	onceVar(fs, &f.segmentAge, "segment-ms", "segment age")
+	onceVar(fs, &f.ringBytes, "ring-bytes", "ring size")
+	onceIntVar(fs, &f.ringSlots, new(bool), "ring-slots", "ring slots")
 }
 
 // options turns the flags into broker options, checked against the kind.

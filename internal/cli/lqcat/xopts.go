@@ -9,30 +9,47 @@ import (
 	"time"
 )
 
-// onceString is a string flag that may be repeated only with the same value: "-t a -t b" is
-// an error instead of silently taking b (kcat users repeat flags when they edit a command).
-type onceString struct {
-	p   *string
-	set bool
+// onceFlag is a flag that may be repeated only with the same value: "-t a -t b" is an error
+// instead of silently taking b (kcat users repeat flags when they edit a command). Flags that
+// share a variable (--partitions and -n) share the check too: each sees the value, not who set it.
+type onceFlag[T comparable] struct {
+	p     *T
+	set   *bool
+	parse func(string) (T, error)
 }
 
-// onceVar registers a onceString flag on fs that writes into p, with p's value as default.
+// onceVar registers a string onceFlag on fs that writes into p, with p's value as default.
 func onceVar(fs *flag.FlagSet, p *string, name, usage string) {
-	fs.Var(&onceString{p: p}, name, usage)
+	fs.Var(onceFlag[string]{p: p, set: new(bool), parse: func(s string) (string, error) { return s, nil }}, name, usage)
 }
 
-func (o *onceString) String() string {
-	if o == nil || o.p == nil {
+// onceIntVar is onceVar for an integer flag; flags naming the same p share one check.
+func onceIntVar[T int | int64](fs *flag.FlagSet, p *T, set *bool, name, usage string) {
+	fs.Var(onceFlag[T]{p: p, set: set, parse: func(s string) (T, error) {
+		n, err := strconv.ParseInt(s, 0, 64)
+		if err != nil || int64(T(n)) != n {
+			return 0, fmt.Errorf("%q is not an integer", s)
+		}
+		return T(n), nil
+	}}, name, usage)
+}
+
+func (o onceFlag[T]) String() string {
+	if o.p == nil {
 		return ""
 	}
-	return *o.p
+	return fmt.Sprint(*o.p)
 }
 
-func (o *onceString) Set(s string) error {
-	if o.set && *o.p != s {
-		return fmt.Errorf("given twice with different values (%q, then %q): give it once", *o.p, s)
+func (o onceFlag[T]) Set(s string) error {
+	v, err := o.parse(s)
+	if err != nil {
+		return err
 	}
-	*o.p, o.set = s, true
+	if *o.set && *o.p != v {
+		return fmt.Errorf("given twice with different values (%v, then %v): give it once", *o.p, v)
+	}
+	*o.p, *o.set = v, true
 	return nil
 }
 
