@@ -1,4 +1,5 @@
-# LightQ. `make run` starts a broker on 127.0.0.1:7450 with ./data; `make test` runs what CI runs.
+# LightQ. `make run` builds every command into bin/ (lightq, lqcat, lqbench, lqdump) and starts a
+# broker on 127.0.0.1:7450 with ./data; `make test` runs what CI runs.
 GO        ?= go
 BIN       := bin
 STATICCHECK_VERSION := v0.8.2
@@ -12,8 +13,7 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-run:
-	$(GO) build -o $(BIN)/lightq ./cmd/lightq
+run: build
 	exec ./$(BIN)/lightq $(ARGS)
 
 # The whole default suite: formatting, vet, staticcheck, a 32-bit build, every test under the

@@ -144,13 +144,13 @@ func (c *Config) Validate() error {
 	case c.AdminUser == "":
 		return fmt.Errorf("admin user must be set")
 	case c.HighWaterMark < 64<<10:
-		return fmt.Errorf("high-water mark %d below 64 KiB", c.HighWaterMark)
+		return fmt.Errorf("high-water mark %d below 64 KiB (65536)", c.HighWaterMark)
 	case c.RingBytes < 2*c.Limits.MaxBatch:
 		return fmt.Errorf("ring bytes %d must hold two max batches (%d)", c.RingBytes, 2*c.Limits.MaxBatch)
 	case c.RingSlots < 2:
 		return fmt.Errorf("ring slots must be at least 2")
 	case c.ReadBufferCap < 4096:
-		return fmt.Errorf("read buffer cap below 4 KiB")
+		return fmt.Errorf("read buffer cap %d below 4 KiB (4096)", c.ReadBufferCap)
 	case !c.AuthPool.valid():
 		return fmt.Errorf("auth pool workers and queue must be at least 1")
 	case !c.IOPool.valid():

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,8 +54,11 @@ func parseDurableOptions(opts []wire.Option, maxBatch int) (durableShape, error)
 			}
 		case wire.OptionSegmentBytes, wire.OptionRetentionBytes:
 			v, err := strconv.ParseInt(o.Value, 10, 64)
-			if err != nil || v < 0 || (o.Key == wire.OptionSegmentBytes && (v < int64(2*maxBatch) || v > 1<<30)) {
-				return sh, answer(wire.CodeInvalidRequest, "%s: %q is out of range", o.Key, o.Value)
+			if o.Key == wire.OptionSegmentBytes && (err != nil || v < int64(2*maxBatch) || v > 1<<30) {
+				return sh, answer(wire.CodeInvalidRequest, "%s: %q is out of range: want an integer from %d (two max batches) to %d (1 GiB)", o.Key, o.Value, 2*maxBatch, 1<<30)
+			}
+			if err != nil || v < 0 {
+				return sh, answer(wire.CodeInvalidRequest, "%s: %q is out of range: want an integer from 0 (no limit) to %d", o.Key, o.Value, int64(math.MaxInt64))
 			}
 			if o.Key == wire.OptionSegmentBytes {
 				sh.logOpts.SegmentBytes = v

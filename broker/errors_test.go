@@ -25,6 +25,8 @@ func TestStorageMessageNamesNoPath(t *testing.T) {
 		{fmt.Errorf("%w: fsync %s: input/output error", qlog.ErrBroken, path), wire.CodeStorageError, "stopped taking writes"},
 		{fmt.Errorf("%w: write %s", qlog.ErrStorageFull, path), wire.CodeStorageFull, "disk is full"},
 		{&qlog.RangeError{Offset: 99, Start: 0, Next: 5}, wire.CodeOffsetOutOfRange, "offset 99 is outside the log, which holds [0, 5)"},
+		{fmt.Errorf("%s: %w", path, &qlog.RangeError{Offset: 99, Start: 0, Next: 5}), wire.CodeOffsetOutOfRange, "offset 99 is outside the log, which holds [0, 5)"},
+		{fmt.Errorf("read %s: %w", path, qlog.ErrOffsetOutOfRange), wire.CodeOffsetOutOfRange, "offset out of range"},
 		{qlog.ErrClosed, wire.CodeUnknownTopic, "deleted"},
 		{fmt.Errorf("log: read %s at 12: %w", path, errors.New("EIO")), wire.CodeStorageError, "storage error"},
 	} {

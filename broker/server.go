@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -411,6 +412,9 @@ func (s *Server) tick() time.Duration {
 	return deadlineInterval
 }
 
+// isPeerGone says whether a connection's close error is the client going away in the
+// normal way: an orderly close (gnet reports the read of 0 bytes as "read: EOF"), a reset
+// or a broken pipe. OnClose logs those at debug level; anything else stays at info.
 func isPeerGone(err error) bool {
-	return errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) || errors.Is(err, net.ErrClosed)
+	return errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) || errors.Is(err, net.ErrClosed)
 }

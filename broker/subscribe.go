@@ -40,7 +40,7 @@ func (c *conn) handleSubscribe(corr uint32, body []byte) {
 		return
 	}
 	if t.kind != wire.KindTransient {
-		c.sendError(corr, wire.CodeNotSupported, fmt.Sprintf("topic %q is durable: read it with FETCH", t.name))
+		c.sendError(corr, wire.CodeNotSupported, fmt.Sprintf("topic %q is durable: SUBSCRIBE serves transient topics; read a durable one with FETCH (the Go client's Conn.NewConsumer)", t.name))
 		return
 	}
 	if len(c.subs) >= c.srv.cfg.MaxSubscriptionsPerConn {

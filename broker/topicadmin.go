@@ -172,12 +172,12 @@ func (s *Server) parseTopicOptions(mt meta.Topic) (topicShape, error) {
 		switch o.Key {
 		case wire.OptionRingBytes:
 			if err != nil || v < int64(2*s.cfg.Limits.MaxBatch) || v > 1<<30 {
-				return sh, answer(wire.CodeInvalidRequest, "ring.bytes must be an integer in [%d, %d]", 2*s.cfg.Limits.MaxBatch, 1<<30)
+				return sh, answer(wire.CodeInvalidRequest, "ring.bytes: %q is out of range: want an integer from %d (two max batches) to %d (1 GiB)", o.Value, 2*s.cfg.Limits.MaxBatch, 1<<30)
 			}
 			sh.ringBytes = int(v)
 		case wire.OptionRingSlots:
 			if err != nil || v < 2 || v > 1<<20 {
-				return sh, answer(wire.CodeInvalidRequest, "ring.slots must be an integer in [2, %d]", 1<<20)
+				return sh, answer(wire.CodeInvalidRequest, "ring.slots: %q is out of range: want an integer from 2 to %d", o.Value, 1<<20)
 			}
 			sh.ringSlots = int(v)
 		default:

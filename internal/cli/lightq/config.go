@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/internal/size"
 )
 
 // defaultConf is every setting with its default; --print-config prints it, and its keys are
@@ -49,7 +51,15 @@ var confHelp = map[string]string{
 	"idle-timeout":             "close an authenticated connection with nothing outstanding after this long (0 = never)",
 	"max-connections":          "open connections in all; more are refused",
 	"max-connections-per-addr": "open connections from one client IP address; more are refused",
+
+	// Debugging.
+	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback)",
+	"fetch-copy": "send FETCH data with read+write instead of sendfile (for comparing the two)",
 }
+
+// boolSettings are the settings that are booleans ("true" or "false"): their flags are
+// boolean flags, so --fetch-copy alone means true.
+var boolSettings = map[string]bool{"fetch-copy": true}
 
 // layerSettings overlays settings, the embedded defaults, with the --config file (when
 // configFile is not empty; a key the defaults lack is an error), then $LIGHTQ_<KEY>, then the
@@ -119,6 +129,13 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 		}
 		return v
 	}
+	bytes := func(key string) int {
+		v, err := size.ParseInt(set[key])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+		}
+		return v
+	}
 	dur := func(key string) time.Duration {
 		v, err := time.ParseDuration(set[key])
 		if err != nil {
@@ -130,17 +147,17 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.DataDir = set["data-dir"]
 	cfg.AdminUser = set["admin-user"]
 	cfg.AdminPassword = getenv("LIGHTQ_ADMIN_PASSWORD")
-	cfg.Limits.MaxBatch = num("max-batch")
+	cfg.Limits.MaxBatch = bytes("max-batch")
 	cfg.Limits.MaxFrame = cfg.Limits.MaxBatch + 1024
-	cfg.Limits.MaxMessage = num("max-message")
+	cfg.Limits.MaxMessage = bytes("max-message")
 	cfg.Limits.AuthTimeout = dur("auth-timeout")
 	cfg.EventLoops = num("event-loops")
-	cfg.ReadBufferCap = num("read-buffer")
-	cfg.HighWaterMark = num("high-water-mark")
-	cfg.RingBytes = num("ring-bytes")
+	cfg.ReadBufferCap = bytes("read-buffer")
+	cfg.HighWaterMark = bytes("high-water-mark")
+	cfg.RingBytes = bytes("ring-bytes")
 	cfg.RingSlots = num("ring-slots")
-	if v, err := strconv.ParseInt(set["max-ring-memory"], 10, 64); err != nil {
-		errs = append(errs, fmt.Errorf("max-ring-memory: %q is not an integer", set["max-ring-memory"]))
+	if v, err := size.Parse(set["max-ring-memory"]); err != nil {
+		errs = append(errs, fmt.Errorf("max-ring-memory: %w", err))
 	} else {
 		cfg.MaxRingMemory = v
 	}
@@ -150,6 +167,16 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.IdleTimeout = dur("idle-timeout")
 	cfg.MaxConnections = num("max-connections")
 	cfg.MaxConnectionsPerAddr = num("max-connections-per-addr")
+	if v, err := strconv.ParseBool(set["fetch-copy"]); err != nil {
+		errs = append(errs, fmt.Errorf("fetch-copy: %q is not true or false", set["fetch-copy"]))
+	} else {
+		cfg.FetchCopy = v
+	}
+	if addr := set["pprof-addr"]; addr != "" {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("pprof-addr: %q is not host:port", addr))
+		}
+	}
 	p, err := parseHashParams(set["hash-params"])
 	if err != nil {
 		errs = append(errs, err)

@@ -2,6 +2,11 @@ package lightq
 
 import (
 	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,4 +44,108 @@ func TestConnectionLimitSettings(t *testing.T) {
 			t.Errorf("%s = %s: error %v does not name the setting", key, bad, err)
 		}
 	}
+}
+
+// TestSizeSettings: every size setting takes plain bytes or a unit (KB, MiB, ...), and a bad
+// size names its setting and the units.
+func TestSizeSettings(t *testing.T) {
+	settings, err := parseConf(defaultConf, "default.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings["max-batch"], settings["max-message"] = "2MiB", "1MB"
+	settings["read-buffer"], settings["high-water-mark"] = "512KiB", "8MiB"
+	settings["ring-bytes"], settings["max-ring-memory"] = "64MiB", "8GiB"
+	cfg, err := buildConfig(settings, envFunc(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.MaxBatch != 2<<20 || cfg.Limits.MaxMessage != 1e6 || cfg.ReadBufferCap != 512<<10 || cfg.HighWaterMark != 8<<20 || cfg.RingBytes != 64<<20 || cfg.MaxRingMemory != 8<<30 {
+		t.Errorf("batch %d, message %d, read %d, hwm %d, ring %d, ring memory %d", cfg.Limits.MaxBatch, cfg.Limits.MaxMessage, cfg.ReadBufferCap, cfg.HighWaterMark, cfg.RingBytes, cfg.MaxRingMemory)
+	}
+	for _, key := range []string{"max-batch", "max-message", "read-buffer", "high-water-mark", "ring-bytes", "max-ring-memory"} {
+		s := map[string]string{}
+		for k, v := range settings {
+			s[k] = v
+		}
+		s[key] = "64 MiB"
+		if _, err := buildConfig(s, envFunc(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), key+":") || !strings.Contains(err.Error(), "MiB") {
+			t.Errorf("%s = 64 MiB: error %v does not name the setting and the units", key, err)
+		}
+	}
+}
+
+// settingSamples is a valid value, other than the default, for every setting: the test below
+// fails for a new flag until it has one here.
+var settingSamples = map[string]string{
+	"addr": "127.0.0.1:7451", "data-dir": "/tmp/elsewhere", "log-level": "debug", "log-format": "console",
+	"admin-user": "root", "max-batch": "2MiB", "max-message": "1MB", "auth-timeout": "3s",
+	"event-loops": "3", "read-buffer": "128KiB", "high-water-mark": "8MiB", "ring-bytes": "16MiB",
+	"ring-slots": "2048", "max-ring-memory": "1GiB", "hash-params": "m=32768,t=3,p=2",
+	"shutdown-drain": "5s", "transfer-timeout": "2m", "read-timeout": "20s", "idle-timeout": "5m",
+	"max-connections": "500", "max-connections-per-addr": "50",
+	"pprof-addr": "127.0.0.1:6061", "fetch-copy": "true",
+}
+
+// TestEveryFlagInConfigFile walks every flag of the lightq command: each but the command's own
+// (--config, --print-config, --version) is accepted in a --config file and changes the
+// configuration the broker gets (or, for pprof-addr, the setting Main serves pprof on).
+func TestEveryFlagInConfigFile(t *testing.T) {
+	defaults, err := parseConf(defaultConf, "default.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	build := func(configFile string) (map[string]string, string) {
+		t.Helper()
+		settings, _ := parseConf(defaultConf, "default.conf")
+		fs, flagVals, _ := newFlags(settings, &stderr)
+		if err := fs.Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := layerSettings(settings, configFile, envFunc(nil), fs, flagVals); err != nil {
+			t.Fatalf("%s: %v", configFile, err)
+		}
+		cfg, err := buildConfig(settings, envFunc(nil), &stderr)
+		if err != nil {
+			t.Fatalf("%s: %v", configFile, err)
+		}
+		return settings, fmt.Sprintf("%+v", cfg)
+	}
+	_, base := build("")
+	if _, again := build(""); again != base {
+		t.Fatal("two builds of the defaults differ: the comparison below would prove nothing")
+	}
+	fs, _, _ := newFlags(map[string]string{}, &stderr)
+	var commandOnly []string
+	fs.VisitAll(func(f *flag.Flag) { commandOnly = append(commandOnly, f.Name) })
+	if !slices.Equal(commandOnly, notSettings) {
+		t.Errorf("without settings the command has flags %v, want only %v", commandOnly, notSettings)
+	}
+	all, _, _ := newFlags(defaults, &stderr)
+	dir := t.TempDir()
+	all.VisitAll(func(f *flag.Flag) {
+		if slices.Contains(notSettings, f.Name) {
+			return
+		}
+		sample, ok := settingSamples[f.Name]
+		if !ok {
+			t.Errorf("flag --%s: no sample value in settingSamples", f.Name)
+			return
+		}
+		if sample == defaults[f.Name] {
+			t.Errorf("flag --%s: the sample is the default", f.Name)
+		}
+		file := filepath.Join(dir, f.Name+".conf")
+		if err := os.WriteFile(file, []byte(f.Name+" = "+sample+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		settings, got := build(file)
+		if settings[f.Name] != sample {
+			t.Errorf("%s = %s in a file: the setting is %q", f.Name, sample, settings[f.Name])
+		}
+		if f.Name != "pprof-addr" && got == base {
+			t.Errorf("%s = %s in a file: the broker's configuration did not change", f.Name, sample)
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -456,4 +458,14 @@ func TestRunGeneratedAdminPassword(t *testing.T) {
 		t.Errorf("dial after restart: %v", err)
 	}
 	r2.stop(t)
+}
+
+// TestRunVersion: --version prints the build's version line on stdout and exits 0 without
+// starting a broker.
+func TestRunVersion(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runDirect(t, []string{"--version"}, nil)
+	if code != 0 || stdout != version.String("lightq")+"\n" || !strings.Contains(stdout, runtime.Version()) {
+		t.Errorf("--version: exit %d, printed %q", code, stdout)
+	}
 }

@@ -133,14 +133,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
+	var r *Result
+	var err error
 	switch cfg.Mode {
 	case "produce":
-		return runProduce(ctx, &cfg)
+		r, err = runProduce(ctx, &cfg)
 	case "consume":
-		return runConsume(ctx, &cfg, nil)
+		r, err = runConsume(ctx, &cfg, nil)
 	default:
-		return runE2E(ctx, &cfg)
+		r, err = runE2E(ctx, &cfg)
 	}
+	if r != nil {
+		r.Kind = cfg.Kind.String()
+	}
+	return r, err
 }
 
 // ensureTopic creates the benchmark topic with the admin credentials; an existing topic is

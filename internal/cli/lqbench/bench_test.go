@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/version"
+	"github.com/lightq/lightq/wire"
 )
 
 const (
@@ -381,5 +385,79 @@ func TestSendLog(t *testing.T) {
 	nilLog.note(0, 0)
 	if nilLog.sentAt(0) != 0 || newSendLog(1, maxSendLog+1) != nil {
 		t.Error("nil or oversized log records")
+	}
+}
+
+// TestMainVersion: --version prints the build's version line and runs nothing.
+func TestMainVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"--version"}, func(string) string { return "" }, &out, &errb); code != 0 || out.String() != version.String("lqbench")+"\n" {
+		t.Errorf("--version: exit %d, printed %q %q", code, out.String(), errb.String())
+	}
+}
+
+// TestFlagsSizesAndAliases: sizes take units, and nats bench's --msgs, --size, --pub and --sub
+// set the same things as -m, -s, --producers and --consumers.
+func TestFlagsSizesAndAliases(t *testing.T) {
+	for _, args := range [][]string{
+		{"-m", "500", "-s", "1KiB", "--producers", "3", "--consumers", "2", "--batch", "1MiB", "--window", "32MiB"},
+		{"--msgs", "500", "--size", "1KiB", "--pub", "3", "--sub", "2", "--batch", "1048576", "--window", "32MiB"},
+	} {
+		var cfg Config
+		fs := newFlags(&cfg, new(options), io.Discard)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if cfg.Messages != 500 || cfg.Size != 1024 || cfg.Producers != 3 || cfg.Consumers != 2 || cfg.BatchBytes != 1<<20 || cfg.Window != 32<<20 {
+			t.Errorf("%q: %+v", args, cfg)
+		}
+	}
+	var cfg Config
+	if err := newFlags(&cfg, new(options), io.Discard).Parse(nil); err != nil || cfg.Size != 100 || cfg.BatchBytes != 512<<10 || cfg.Window != 16<<20 || cfg.Partitions != 1 {
+		t.Errorf("defaults: %v %+v", err, cfg)
+	}
+	if err := newFlags(&cfg, new(options), io.Discard).Parse([]string{"-s", "1.5KB"}); err == nil {
+		t.Error("-s 1.5KB parsed")
+	}
+}
+
+// TestTextDropsTransientLinesOnDurable: the ring's "Dropped" line appears for transient runs
+// only; a durable topic's consumers read the log and drop nothing.
+func TestTextDropsTransientLinesOnDurable(t *testing.T) {
+	for kind, want := range map[string]bool{"transient": true, "durable": false} {
+		var out bytes.Buffer
+		(&Result{Mode: "e2e", Kind: kind, Messages: 10, Produced: 10, ProduceSeconds: 1}).WriteText(&out)
+		if got := strings.Contains(out.String(), "Dropped"); got != want {
+			t.Errorf("%s: Dropped line %v, want %v:\n%s", kind, got, want, out.String())
+		}
+	}
+}
+
+// TestBrokerDefaultPort: -b with only a host gets the broker's default port.
+func TestBrokerDefaultPort(t *testing.T) {
+	cfg := Config{Broker: "localhost"}
+	o := options{kind: "transient", acks: "written", codec: "none"}
+	if err := o.apply(&cfg, func(string) string { return "" }); err != nil || cfg.Broker != "localhost:7450" {
+		t.Errorf("-b localhost: %q, %v", cfg.Broker, err)
+	}
+}
+
+// TestTopicOptionFlags: -X passes topic options for the topic lqbench creates, with sizes in
+// units turned into plain bytes; a malformed one is bad usage.
+func TestTopicOptionFlags(t *testing.T) {
+	var cfg Config
+	o := options{kind: "durable", acks: "written", codec: "none", fsync: "always", topicOptions: []string{"segment.bytes=4MiB", "retention.ms=60000"}}
+	if err := o.apply(&cfg, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.Option{{Key: "fsync", Value: "always"}, {Key: "segment.bytes", Value: "4194304"}, {Key: "retention.ms", Value: "60000"}}
+	if !slices.Equal(cfg.TopicOptions, want) {
+		t.Errorf("options %v, want %v", cfg.TopicOptions, want)
+	}
+	for _, bad := range []string{"segment.bytes=4 MiB", "novalue", "=1"} {
+		o := options{kind: "durable", acks: "written", codec: "none", topicOptions: []string{bad}}
+		if err := o.apply(&Config{}, func(string) string { return "" }); err == nil {
+			t.Errorf("-X %s accepted", bad)
+		}
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/brokeraddr"
+	"github.com/lightq/lightq/internal/size"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -21,6 +24,7 @@ import (
 const DefaultBroker = "127.0.0.1:7450"
 
 const usage = `Usage: lqbench produce|consume|e2e [flags]
+       lqbench --version
 
 Measures LightQ throughput and latency, as the original lightq-producer and lightq-consumer
 did, plus end-to-end latency percentiles.
@@ -33,10 +37,14 @@ Credentials: --user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD for the topic; w
 credentials (--admin-user/--admin-password or $LIGHTQ_ADMIN_USER/$LIGHTQ_ADMIN_PASSWORD) the
 topic is created first.
 
+nats bench's --msgs, --size, --pub and --sub work as -m, -s, --producers and --consumers;
+-n is the topic's partitions here, not a message count.
+
 Examples:
   LIGHTQ_ADMIN_PASSWORD=$(cat data/admin-password) lqbench e2e -m 1000000 -s 100
   lqbench e2e -s 1024 --rate 50000 --json
   lqbench produce -t events -n 4 --acks none -z s2
+  lqbench e2e --kind durable --fsync always -X segment.bytes=64MiB --size 1KiB
 
 Flags:
 `
@@ -44,6 +52,10 @@ Flags:
 // Main runs lqbench with args (without the program name) and returns the exit code: 0 done,
 // 1 the run failed, 2 bad usage.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V") {
+		fmt.Fprintln(stdout, version.String("lqbench"))
+		return 0
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprint(stderr, usage)
@@ -115,6 +127,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 type options struct {
 	kind, acks, codec string
 	fsync             string
+	topicOptions      []string // -X key=value
 	json, quiet       bool
 	cpuProfile        string
 }
@@ -123,22 +136,33 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("lqbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	fs.StringVar(&cfg.Broker, "b", "", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
+	fs.StringVar(&cfg.Broker, "b", "", "broker host[:port] (default $LIGHTQ_BROKER or "+DefaultBroker+"; the port defaults to "+brokeraddr.DefaultPort+")")
 	fs.StringVar(&cfg.Topic, "t", "lqbench", "topic")
 	fs.IntVar(&cfg.Messages, "m", 1_000_000, "messages per producer")
-	fs.IntVar(&cfg.Size, "s", 100, "message size in bytes (at least 16: the timestamp stamp)")
-	fs.IntVar(&cfg.Partitions, "n", 1, "partitions of the topic when lqbench creates it")
+	fs.IntVar(&cfg.Messages, "msgs", 1_000_000, "the same as -m (nats bench's name)")
+	cfg.Size = 100
+	fs.Var((*size.IntValue)(&cfg.Size), "s", "message size: bytes or with a unit, 1KiB (at least 16: the timestamp stamp)")
+	fs.Var((*size.IntValue)(&cfg.Size), "size", "the same as -s (nats bench's name)")
+	fs.IntVar(&cfg.Partitions, "n", 1, "partitions of the topic when lqbench creates it (not nats bench's message count: that is -m or --msgs)")
 	fs.IntVar(&cfg.Producers, "producers", 1, "producer connections")
+	fs.IntVar(&cfg.Producers, "pub", 1, "the same as --producers (nats bench's name)")
 	fs.IntVar(&cfg.Consumers, "consumers", 1, "consumer connections")
+	fs.IntVar(&cfg.Consumers, "sub", 1, "the same as --consumers (nats bench's name)")
 	fs.StringVar(&cfg.Group, "group", "", "queue group shared by the consumers (default: each gets every message)")
-	fs.IntVar(&cfg.BatchBytes, "batch", 512<<10, "producer batch size in bytes")
+	cfg.BatchBytes = 512 << 10
+	fs.Var((*size.IntValue)(&cfg.BatchBytes), "batch", "producer batch size: bytes or with a unit, 512KiB")
 	fs.DurationVar(&cfg.Linger, "linger", time.Millisecond, "producer linger time")
 	fs.IntVar(&cfg.MaxInFlight, "inflight", 16, "batches in flight per producer")
 	fs.IntVar(&cfg.Rate, "rate", 0, "total messages per second, open loop (0 = as fast as possible)")
-	fs.IntVar(&cfg.Window, "window", 16<<20, "subscription credit window in bytes")
+	cfg.Window = 16 << 20
+	fs.Var((*size.IntValue)(&cfg.Window), "window", "subscription credit window: bytes or with a unit, 16MiB")
 	fs.DurationVar(&cfg.IdleTimeout, "idle", 5*time.Second, "consumers stop after this long without a message")
 	fs.StringVar(&o.kind, "kind", "transient", "topic kind: transient or durable")
 	fs.StringVar(&o.acks, "acks", "written", "acknowledgements: none, written or durable")
+	fs.Func("X", "topic option key=value for a topic lqbench creates (repeatable; sizes take units: -X segment.bytes=64MiB)", func(s string) error {
+		o.topicOptions = append(o.topicOptions, s)
+		return nil
+	})
 	fs.StringVar(&o.fsync, "fsync", "", "fsync policy of a durable topic lqbench creates: always, never or interval=<duration>")
 	fs.StringVar(&o.codec, "z", "none", "compression: none, s2 or zstd")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object")
@@ -161,6 +185,7 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 		}
 	}
 	orEnv(&cfg.Broker, "LIGHTQ_BROKER", DefaultBroker)
+	cfg.Broker = brokeraddr.WithDefaultPort(cfg.Broker)
 	orEnv(&cfg.User, "LIGHTQ_USER", "lqbench")
 	orEnv(&cfg.Password, "LIGHTQ_PASSWORD", "lqbench-password")
 	orEnv(&cfg.AdminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
@@ -179,6 +204,17 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 			return fmt.Errorf("--fsync needs --kind durable")
 		}
 		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: wire.OptionFsync, Value: o.fsync})
+	}
+	for _, kv := range o.topicOptions {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("-X %q: want key=value", kv)
+		}
+		v, err := size.TopicOption(k, v)
+		if err != nil {
+			return fmt.Errorf("-X %w", err)
+		}
+		cfg.TopicOptions = append(cfg.TopicOptions, wire.Option{Key: k, Value: v})
 	}
 	switch o.acks {
 	case "none":

@@ -9,11 +9,14 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/lightq/lightq/wire"
 )
 
 // Result is what one run measured. Field names double as the --json keys.
 type Result struct {
 	Mode           string  `json:"mode"`
+	Kind           string  `json:"kind"`     // the topic's kind: transient or durable
 	Messages       int64   `json:"messages"` // received (consume, e2e) or sent (produce)
 	Size           int     `json:"size"`
 	Seconds        float64 `json:"seconds"`
@@ -107,7 +110,9 @@ func (r *Result) WriteText(w io.Writer) {
 		if r.SendP50Us > 0 {
 			fmt.Fprintf(w, "  from the actual send (the pacer's lateness left out): p50 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n", r.SendP50Us, r.SendP99Us, r.SendP999Us, r.SendMaxUs)
 		}
-		fmt.Fprintf(w, "Dropped (subscriber fell behind the ring): %d\n", r.Dropped)
+		if r.Kind != wire.KindDurable.String() { // a durable topic drops nothing: consumers read the log
+			fmt.Fprintf(w, "Dropped (subscriber fell behind the ring): %d\n", r.Dropped)
+		}
 	}
 	if r.Failed > 0 {
 		fmt.Fprintf(w, "Failed sends: %d (first: %s)\n", r.Failed, r.FirstError)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/brokeraddr"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -29,14 +31,21 @@ netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat u
 letter and meaning.
 
 Connection and credentials:
-  -b HOST:PORT            broker (default $LIGHTQ_BROKER or ` + DefaultBroker + `)
+  -b HOST[:PORT]          broker (default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port
+                          defaults to ` + brokeraddr.DefaultPort + `)
+  -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
+                          sasl.username, sasl.password, client.id,
+                          socket.connection.setup.timeout.ms; topic create takes topic
+                          options too. An unknown key is an error.
   --user U --password P   a topic user (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
   --admin-user U --admin-password P
                           the admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
   Produce, consume, -L, stats and group use the topic user when a password is given for it,
-  else the admin; topic create and delete need the admin. Prefer the environment to flags
-  for passwords (flags show in ps). lqcat never prints a password. These flags, -J, -q and
-  -v may come before a subcommand too: lqcat -b HOST:PORT topic list.
+  else the admin; topic create and delete need the admin. Credentials on the command line
+  win over the environment: with --admin-user/--admin-password and no --user/--password,
+  $LIGHTQ_USER and $LIGHTQ_PASSWORD are ignored. Prefer the environment to flags
+  for passwords (flags show in ps). lqcat never prints a password. These flags, -J, -q, -v
+  and -X may come before a subcommand too: lqcat -b HOST:PORT topic list.
 
 Produce (-P):
   -D DELIM   message delimiter (default \n); escapes \n \r \t \0 \\ \xNN
@@ -57,16 +66,20 @@ Produce (-P):
   message (kcat does the reverse).
 
 Consume (-C):
-  -o OFFSET  beginning | end | N (absolute) | -N (N before the end, per partition) |
-             s@MS (first message at or after unix ms MS) | e@MS (stop before the first
-             message at or after MS; with MS in the past, also at the end of the log)
+  -o OFFSET  beginning | end | stored | N (absolute) | -N (N before the end, per
+             partition) | s@MS (first message at or after unix ms MS) | e@MS (stop before
+             the first message at or after MS; with MS in the past, also at the end of the log)
+             stored (needs -G): the group's committed offsets, and the beginning where
+             it has none; -G alone does the same.
              Default: beginning on durable topics; transient topics are live only (end).
   -p N       only partition N
   -c N       exit after N messages
-  -e         exit at the end of the log (as it was when lqcat started)
+  -e         exit at the end of the log (as it was when lqcat started). An -o N beyond
+             the end is an error (exit 9) with -e as without it.
   -G GROUP   durable topic: start at the group's committed offsets (-o applies where it has
              none) and commit the offset after each message printed, every second and at
              exit. Transient topic: a queue group, whose members share the messages.
+             kcat's "lqcat -G GROUP TOPIC" works too (-C implied; one topic).
   -f FMT     output format: %t topic, %p partition, %o offset, %k key, %K key size,
              %s value, %S value size, %T timestamp (unix ms), %h headers (n=v,...), %%,
              and the escapes of -D
@@ -92,6 +105,7 @@ Other flags:
   -J           JSON output for -L, topic list, stats and group
   -q           no warnings
   -v           say what was done (on stderr)
+  -V           print the version (module, VCS revision and time, Go) and exit
   --timeout D  connect timeout (default 10s)
 
 Exit codes:
@@ -123,22 +137,51 @@ type common struct {
 	adminUser, adminPassword string
 	json, quiet, verbose     bool
 	timeout                  time.Duration
+	clientName               string   // -X client.id; "lqcat" when empty
+	x                        listFlag // -X key=value: client options (see clientOptions), else topic options
+	topicOptions             []string // the -X values that are not client options, after resolve
+	// creatingTopic is set by topic create, where -X may be a topic option too and
+	// --user/--password (or the environment's) name the new topic's user rather than a login.
+	creatingTopic bool
+
+	// Credentials given on the command line (flags or -X), which win over the environment.
+	userGiven, adminGiven bool
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.broker, "b", "", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
-	fs.StringVar(&c.user, "user", "", "topic user (default $LIGHTQ_USER)")
-	fs.StringVar(&c.password, "password", "", "topic user's password (default $LIGHTQ_PASSWORD)")
-	fs.StringVar(&c.adminUser, "admin-user", "", "admin user (default $LIGHTQ_ADMIN_USER or admin)")
-	fs.StringVar(&c.adminPassword, "admin-password", "", "admin password (default $LIGHTQ_ADMIN_PASSWORD)")
+	onceVar(fs, &c.broker, "b", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
+	onceVar(fs, &c.user, "user", "topic user (default $LIGHTQ_USER)")
+	onceVar(fs, &c.password, "password", "topic user's password (default $LIGHTQ_PASSWORD)")
+	onceVar(fs, &c.adminUser, "admin-user", "admin user (default $LIGHTQ_ADMIN_USER or admin)")
+	onceVar(fs, &c.adminPassword, "admin-password", "admin password (default $LIGHTQ_ADMIN_PASSWORD)")
+	fs.Var(&c.x, "X", "key=value client option")
 	fs.BoolVar(&c.json, "J", false, "JSON")
 	fs.BoolVar(&c.quiet, "q", false, "no warnings")
 	fs.BoolVar(&c.verbose, "v", false, "say what was done")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "connect timeout")
 }
 
-// resolve fills what the flags left empty from the environment.
+// resolve applies the -X client options and fills what the command line left empty from the
+// environment. Credentials on the command line win: given the admin's (--admin-user or
+// --admin-password) and no topic user's, $LIGHTQ_USER and $LIGHTQ_PASSWORD are not used, so
+// "lqcat topic list --admin-password P" logs in as the admin even with a topic user in the
+// environment.
 func (c *common) resolve(getenv func(string) string) error {
+	rest, err := c.applyClientOptions()
+	if err != nil {
+		return err
+	}
+	if !c.creatingTopic {
+		if err := noTopicOptions(rest); err != nil {
+			return err
+		}
+	}
+	c.topicOptions = rest
+	c.userGiven = c.user != "" || c.password != ""
+	c.adminGiven = c.adminUser != "" || c.adminPassword != ""
+	if c.adminGiven && !c.userGiven && !c.creatingTopic {
+		getenv = withoutTopicUser(getenv)
+	}
 	orEnv := func(v *string, env, def string) {
 		if *v == "" {
 			*v = getenv(env)
@@ -148,6 +191,7 @@ func (c *common) resolve(getenv func(string) string) error {
 		}
 	}
 	orEnv(&c.broker, "LIGHTQ_BROKER", DefaultBroker)
+	c.broker = brokeraddr.WithDefaultPort(c.broker)
 	orEnv(&c.user, "LIGHTQ_USER", "")
 	orEnv(&c.password, "LIGHTQ_PASSWORD", "")
 	orEnv(&c.adminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
@@ -159,6 +203,16 @@ func (c *common) resolve(getenv func(string) string) error {
 		return usageErr("--timeout must be positive")
 	}
 	return nil
+}
+
+// withoutTopicUser is getenv without $LIGHTQ_USER and $LIGHTQ_PASSWORD.
+func withoutTopicUser(getenv func(string) string) func(string) string {
+	return func(k string) string {
+		if k == "LIGHTQ_USER" || k == "LIGHTQ_PASSWORD" {
+			return ""
+		}
+		return getenv(k)
+	}
 }
 
 // runner holds what one Main call works with.
@@ -197,6 +251,9 @@ func (r *runner) run(ctx context.Context, args []string) error {
 		case "help", "-h", "-help", "--help":
 			io.WriteString(r.stdout, usage)
 			return errHelp
+		case "-V", "--version", "-version":
+			fmt.Fprintln(r.stdout, version.String("lqcat"))
+			return errHelp
 		}
 	}
 	return r.kcatMode(ctx, args)
@@ -207,7 +264,7 @@ func (r *runner) run(ctx context.Context, args []string) error {
 // the subcommands parse. Anything else is returned as it is: only common flags (see
 // common.register) may come before the subcommand's name, so "-C -t topic" stays kcat mode.
 func commonFlagsFirst(args []string) []string {
-	takesValue := map[string]bool{"b": true, "user": true, "password": true, "admin-user": true, "admin-password": true, "timeout": true}
+	takesValue := map[string]bool{"b": true, "user": true, "password": true, "admin-user": true, "admin-password": true, "timeout": true, "X": true}
 	isBool := map[string]bool{"J": true, "q": true, "v": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -329,7 +386,11 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 		}
 		return nil, usageErr("no credentials: give a topic user (--user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD) or the admin ($LIGHTQ_ADMIN_PASSWORD)")
 	}
-	conn, err := client.Dial(ctx, c.broker, client.Options{User: user, Password: pass, ClientName: "lqcat", DialTimeout: c.timeout})
+	name := c.clientName
+	if name == "" {
+		name = "lqcat"
+	}
+	conn, err := client.Dial(ctx, c.broker, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout})
 	if err == nil {
 		return conn, nil
 	}
@@ -380,7 +441,8 @@ func topicMetadata(ctx context.Context, conn *client.Conn, topic string) (wire.T
 	return mds[0], nil
 }
 
-// partFlag is -p: a partition, or -1, and whether it was given.
+// partFlag is -p: a partition, or -1, and whether it was given. Repeating it with another
+// partition is an error.
 type partFlag struct {
 	v   int32
 	set bool
@@ -397,6 +459,9 @@ func (p *partFlag) Set(s string) error {
 	v, err := strconv.ParseInt(s, 10, 32)
 	if err != nil || v < -1 || v >= wire.MaxPartitions {
 		return fmt.Errorf("partition %q: want 0-%d, or -1", s, wire.MaxPartitions-1)
+	}
+	if p.set && p.v != int32(v) {
+		return fmt.Errorf("given twice with different values (%d, then %d): give it once", p.v, v)
 	}
 	p.v, p.set = int32(v), true
 	return nil

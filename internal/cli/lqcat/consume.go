@@ -50,6 +50,7 @@ type offsetSpec struct {
 	stopAt  int64 // e@: unix ms
 	hasStop bool
 	text    string
+	stored  bool // -o stored: the group's committed offsets, which -G uses anyway (kind stays startDefault)
 }
 
 // parseOffset reads the -o values (one start and at most one e@, comma-separated or from
@@ -63,6 +64,11 @@ func parseOffset(vals []string) (offsetSpec, error) {
 			o.setStart(startBeginning, 0)
 		case v == "end" || v == "latest":
 			o.setStart(startEnd, 0)
+		case v == "stored":
+			if o.kind != startDefault || o.stored {
+				o.kind = 255
+			}
+			o.stored = true
 		case strings.HasPrefix(v, "s@"), strings.HasPrefix(v, "e@"):
 			ms, err := strconv.ParseInt(v[2:], 10, 64)
 			if err != nil || ms < 0 {
@@ -79,7 +85,7 @@ func parseOffset(vals []string) (offsetSpec, error) {
 		default:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				return o, fmt.Errorf("%q: want beginning, end, N, -N, s@MS or e@MS", v)
+				return o, fmt.Errorf("%q: want beginning, end, stored, N, -N, s@MS or e@MS", v)
 			}
 			if n < 0 {
 				o.setStart(startRelative, -n)
@@ -95,7 +101,7 @@ func parseOffset(vals []string) (offsetSpec, error) {
 }
 
 func (o *offsetSpec) setStart(k startKind, n int64) {
-	if o.kind != startDefault {
+	if o.kind != startDefault || o.stored {
 		o.kind = 255 // two starts: parseOffset reports it
 		return
 	}
@@ -365,6 +371,11 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 	bounded := eof || cc.start.hasStop
 	remaining := len(ids)
 	for _, id := range ids {
+		// A start beyond the end is out of range with -e as without it (where the consumer's
+		// first fetch reports it): -e must not turn a wrong offset into a silent success.
+		if p := prog[id]; eof && p.k.Position(id) > p.end {
+			return withCode(ExitOutOfRange, fmt.Errorf("topic %q partition %d: offset %d is beyond the end of the log (%d)", cc.topic, id, p.k.Position(id), p.end))
+		}
 		if p := prog[id]; eof && p.k.Position(id) >= p.end {
 			p.done = true
 			remaining--

@@ -11,11 +11,17 @@
 //   - The mode must be given (-P, -C or -L): guessing it from terminals goes wrong in scripts.
 //   - As the issue asked, FILE arguments of -P are read line by line like stdin, and -l sends
 //     each FILE whole as one message; kcat does the reverse.
-//   - -G takes one group and -t one topic. On a durable topic it starts each partition at the
+//   - -b HOST without a port means HOST:7450, the broker's default port; -V prints the version.
+//   - -X takes kcat's (librdkafka's) client properties that have a LightQ meaning (see
+//     clientOptions in xopts.go), in every mode and subcommand; topic create also takes topic
+//     options there. An unknown key is an error, not ignored.
+//   - A flag given twice with different values (-t a -t b) is an error; kcat takes the last.
+//   - -G takes one group and -t one topic; kcat's "-G GROUP TOPIC" is -C -G GROUP -t TOPIC.
+//     On a durable topic it starts each partition at the
 //     group's committed offset (-o where there is none) and commits, for each partition, the
 //     offset after the last message printed (every second and at exit), never one that was
 //     fetched but not printed. On a transient topic it names a queue group.
-//   - -o accepts beginning, end, N, -N (N before the end, per partition), s@MS and e@MS; e@
+//   - -o accepts beginning, end, stored (with -G: what -G does anyway), N, -N (N before the end, per partition), s@MS and e@MS; e@
 //     may be combined with a start (-o s@A -o e@B). e@MS stops a partition before its first
 //     message at or after MS; when MS is in the past the end of the log stops it too.
 //   - -e stops each partition at the end of the log as it was when lqcat started, so that
@@ -32,7 +38,8 @@
 // --admin-password or $LIGHTQ_ADMIN_USER (default admin)/$LIGHTQ_ADMIN_PASSWORD the admin.
 // Topic create and delete connect as the admin (--user/--password then name the new topic's
 // owner); everything else connects as the topic user when its password is given, else as the
-// admin. No password is ever printed: errors name the user, and any error text is scrubbed
+// admin. Credentials on the command line win over the environment: given the admin's and no
+// topic user's, $LIGHTQ_USER/$LIGHTQ_PASSWORD are ignored. No password is ever printed: errors name the user, and any error text is scrubbed
 // of the passwords in use before it is printed.
 //
 // # JSON
@@ -78,5 +85,6 @@
 // checks), produce.go (streaming input splitter, producer, failure report), consume.go
 // (-o, durable and transient consumption, commits), format.go (escapes, -f, JSON),
 // meta.go (-L), topic.go (topic create/delete/list, the create flags as topic options),
-// stats.go (stats), group.go (group describe/reset/list), errors.go (exit codes).
+// stats.go (stats), group.go (group describe/reset/list), errors.go (exit codes), xopts.go
+// (-X client options, flags that may be given once).
 package lqcat

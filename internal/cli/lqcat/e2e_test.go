@@ -20,6 +20,7 @@ import (
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -513,5 +514,15 @@ func TestProduceStreams(t *testing.T) {
 	}
 	if got := e.ok("", "-C", "-t", "s", "-e"); got != "first\nsecond\n" {
 		t.Errorf("after EOF: %q", got)
+	}
+}
+
+// TestVersion: -V and --version print the build's version line, as kcat's -V does.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"-V", "--version"} {
+		var out, errb bytes.Buffer
+		if code := Main(context.Background(), []string{arg}, func(string) string { return "" }, nil, &out, &errb); code != 0 || out.String() != version.String("lqcat")+"\n" {
+			t.Errorf("%s: exit %d, printed %q %q", arg, code, out.String(), errb.String())
+		}
 	}
 }

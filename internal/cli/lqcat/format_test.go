@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,5 +270,23 @@ func TestCommonFlagsFirst(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%q -> %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// TestTopicSizeOptions: sizes with units become the plain integers the broker's options take,
+// through the flags and through -X.
+func TestTopicSizeOptions(t *testing.T) {
+	f := topicFlags{segmentBytes: "64MiB", retention: listFlag{"10GB"}, extra: listFlag{"segment.bytes=2MiB", "retention.ms=1000"}}
+	opts, err := f.options(wire.KindDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.Option{{Key: "retention.bytes", Value: "10000000000"}, {Key: "segment.bytes", Value: "67108864"}, {Key: "segment.bytes", Value: "2097152"}, {Key: "retention.ms", Value: "1000"}}
+	if !slices.Equal(opts, want) {
+		t.Errorf("options = %v, want %v", opts, want)
+	}
+	f = topicFlags{extra: listFlag{"ring.bytes=lots"}}
+	if _, err := f.options(wire.KindTransient); err == nil || !strings.Contains(err.Error(), "ring.bytes") {
+		t.Errorf("-X ring.bytes=lots: %v", err)
 	}
 }

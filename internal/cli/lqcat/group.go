@@ -45,14 +45,15 @@ func (r *runner) groupCmd(ctx context.Context, args []string) error {
 		toEarliest, toLatest, dryRun bool
 		toOffset, toTime             int64
 	)
-	fs.StringVar(&group, "G", "", "group")
-	fs.StringVar(&topic, "t", "", "topic")
+	onceVar(fs, &group, "G", "group")
+	onceVar(fs, &topic, "t", "topic")
 	fs.Var(&part, "p", "partition")
-	fs.StringVar(&groups, "groups", "", "candidate groups")
+	onceVar(fs, &groups, "groups", "candidate groups")
 	fs.BoolVar(&toEarliest, "to-earliest", false, "")
 	fs.BoolVar(&toLatest, "to-latest", false, "")
-	fs.Int64Var(&toOffset, "to-offset", -1, "")
-	fs.Int64Var(&toTime, "to-time", -1, "")
+	toOffset, toTime = -1, -1
+	onceIntVar(fs, &toOffset, new(bool), "to-offset", "")
+	onceIntVar(fs, &toTime, new(bool), "to-time", "")
 	fs.BoolVar(&dryRun, "dry-run", false, "")
 	pos, err := r.parse(fs, groupHelp, args[1:])
 	if err != nil {
@@ -182,6 +183,7 @@ type groupTable int
 const (
 	describeTable groupTable = iota // group describe: committed offsets and lag
 	resetTable                      // group reset: the offsets before and after
+	dryRunTable                     // group reset --dry-run: the offsets now and those a reset would commit
 )
 
 func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
@@ -200,9 +202,12 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 		return strconv.FormatInt(v, 10)
 	}
 	tw := tabwriter.NewWriter(r.stdout, 0, 4, 2, ' ', 0)
-	if table == resetTable {
+	switch table {
+	case resetTable:
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tPREVIOUS\tCOMMITTED\tLATEST\tLAG")
-	} else {
+	case dryRunTable:
+		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tWOULD COMMIT\tLATEST\tLAG")
+	default:
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tLATEST\tLAG")
 	}
 	for _, row := range rows {
@@ -210,7 +215,7 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 		if row.Lag != nil {
 			lag = num(*row.Lag)
 		}
-		if table == resetTable {
+		if table != describeTable {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(*row.Previous), num(row.Committed), row.Latest, lag)
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(row.Committed), row.Latest, lag)
@@ -272,6 +277,9 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 		prev := offs[i]
 		row.Previous = &prev
 		rows = append(rows, row)
+	}
+	if dryRun {
+		return r.printGroupRows(rows, dryRunTable)
 	}
 	return r.printGroupRows(rows, resetTable)
 }

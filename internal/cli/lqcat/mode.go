@@ -3,6 +3,7 @@ package lqcat
 import (
 	"context"
 	"io"
+	"strings"
 
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/wire"
@@ -41,22 +42,25 @@ func (r *runner) kcatMode(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.produce, "P", false, "produce")
 	fs.BoolVar(&o.consume, "C", false, "consume")
 	fs.BoolVar(&o.list, "L", false, "metadata")
-	fs.StringVar(&o.topic, "t", "", "topic")
+	onceVar(fs, &o.topic, "t", "topic")
 	fs.Var(&o.partition, "p", "partition")
-	fs.StringVar(&o.delim, "D", `\n`, "message delimiter")
-	fs.StringVar(&o.keyDelim, "K", "", "key delimiter")
-	fs.IntVar(&o.count, "c", 0, "message count")
-	fs.StringVar(&o.key, "k", "", "fixed key")
+	o.delim = `\n`
+	onceVar(fs, &o.delim, "D", "message delimiter")
+	onceVar(fs, &o.keyDelim, "K", "key delimiter")
+	onceIntVar(fs, &o.count, new(bool), "c", "message count")
+	onceVar(fs, &o.key, "k", "fixed key")
 	fs.Var(&o.headers, "H", "header name=value")
-	fs.StringVar(&o.codec, "z", "none", "compression")
+	o.codec = "none"
+	onceVar(fs, &o.codec, "z", "compression")
 	fs.BoolVar(&o.wholeFiles, "l", false, "one message per file")
-	fs.StringVar(&o.acks, "acks", "written", "acks")
+	o.acks = "written"
+	onceVar(fs, &o.acks, "acks", "acks")
 	fs.Var(&o.offset, "o", "start offset")
 	fs.BoolVar(&o.exitEOF, "e", false, "exit at end")
-	fs.StringVar(&o.group, "G", "", "group")
-	fs.StringVar(&o.format, "f", "", "format")
+	onceVar(fs, &o.group, "G", "group")
+	onceVar(fs, &o.format, "f", "format")
 	fs.BoolVar(&o.unbuffered, "u", false, "unbuffered")
-	fs.StringVar(&o.onCorrupt, "on-corrupt", "", "skip or stop at a batch that cannot be decoded")
+	onceVar(fs, &o.onCorrupt, "on-corrupt", "skip or stop at a batch that cannot be decoded")
 	pos, err := r.parse(fs, usage, args)
 	if err != nil {
 		return err
@@ -64,6 +68,9 @@ func (r *runner) kcatMode(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		io.WriteString(r.stderr, usage)
 		return usageErr("one of -P, -C or -L is required")
+	}
+	if pos, err = o.kcatGroupMode(pos); err != nil {
+		return err
 	}
 	n := 0
 	for _, b := range []bool{o.produce, o.consume, o.list} {
@@ -105,6 +112,23 @@ func (r *runner) kcatMode(ctx context.Context, args []string) error {
 		}
 		return r.consume(ctx, cc)
 	}
+}
+
+// kcatGroupMode reads kcat's balanced consumer syntax, "-G GROUP TOPIC": with -G and no -P or
+// -L, a positional argument is the topic, and -C is implied. lqcat reads one topic at a time.
+// It returns the positional arguments left.
+func (o *kcatOpts) kcatGroupMode(pos []string) ([]string, error) {
+	if o.group == "" || o.produce || o.list || len(pos) == 0 {
+		return pos, nil
+	}
+	if len(pos) > 1 {
+		return nil, usageErr("-G %s %s: lqcat consumes one topic at a time; run one lqcat per topic", o.group, strings.Join(pos, " "))
+	}
+	if o.topic != "" && o.topic != pos[0] {
+		return nil, usageErr("-t %q and the topic argument %q differ: give one", o.topic, pos[0])
+	}
+	o.topic, o.consume = pos[0], true
+	return nil, nil
 }
 
 func (o *kcatOpts) needTopic() error {
@@ -204,6 +228,9 @@ func (o *kcatOpts) consumeConfig(jsonOut bool) (consumeConfig, error) {
 	var err error
 	if cc.start, err = parseOffset(o.offset); err != nil {
 		return cc, usageErr("-o: %v", err)
+	}
+	if cc.start.stored && o.group == "" {
+		return cc, usageErr("-o stored starts at the group's committed offsets: give the group with -G")
 	}
 	delim, err := unescape(o.delim)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/size"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -27,7 +28,8 @@ created when new; an existing user must be given its password.
 
 --retention takes a duration (90m, 24h, 7d: retention.ms) or a size (500MiB, 10GB:
 retention.bytes); give it twice for both. Sizes take B, KB, MB, GB, TB (powers of 1000) or
-KiB, MiB, GiB, TiB. -X passes any topic option the broker knows (PROTOCOL.md, CREATE_TOPIC).
+KiB, MiB, GiB, TiB. -X passes any topic option the broker knows (PROTOCOL.md, CREATE_TOPIC);
+the size options (segment.bytes, retention.bytes, ring.bytes) take units there too.
 Exit code 8 when the topic exists.
 
 Example:
@@ -48,18 +50,23 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 		optFlags   topicFlags
 	)
 	if sub == "create" {
-		fs.IntVar(&partitions, "partitions", 1, "partitions")
-		fs.IntVar(&partitions, "n", 1, "partitions")
-		fs.StringVar(&kind, "kind", "transient", "kind")
+		partitions = 1
+		partitionsSet := new(bool)
+		onceIntVar(fs, &partitions, partitionsSet, "partitions", "partitions")
+		onceIntVar(fs, &partitions, partitionsSet, "n", "partitions")
+		kind = "transient"
+		onceVar(fs, &kind, "kind", "kind")
 		optFlags.register(fs)
 	}
 	pos, err := r.parse(fs, topicHelp, args[1:])
 	if err != nil {
 		return err
 	}
+	r.c.creatingTopic = sub == "create"
 	if err := r.c.resolve(r.getenv); err != nil {
 		return err
 	}
+	optFlags.extra = r.c.topicOptions
 	switch sub {
 	case "create":
 		if len(pos) != 1 {
@@ -157,18 +164,17 @@ type topicFlags struct {
 	segmentAge   string   // --segment-ms: a duration or days
 	ringBytes    string   // --ring-bytes: a size
 	ringSlots    int      // --ring-slots; 0: the broker's default
-	extra        listFlag // -X key=value, passed as they are
+	extra        []string // the -X key=value that are not client options (common.topicOptions)
 }
 
 // register adds the flags to fs.
 func (f *topicFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.fsync, "fsync", "", "fsync policy")
+	onceVar(fs, &f.fsync, "fsync", "fsync policy")
 	fs.Var(&f.retention, "retention", "retention")
-	fs.StringVar(&f.segmentBytes, "segment-bytes", "", "segment size")
-	fs.StringVar(&f.segmentAge, "segment-ms", "", "segment age")
-	fs.StringVar(&f.ringBytes, "ring-bytes", "", "ring size")
-	fs.IntVar(&f.ringSlots, "ring-slots", 0, "ring slots")
-	fs.Var(&f.extra, "X", "key=value")
+	onceVar(fs, &f.segmentBytes, "segment-bytes", "segment size")
+	onceVar(fs, &f.segmentAge, "segment-ms", "segment age")
+	onceVar(fs, &f.ringBytes, "ring-bytes", "ring size")
+	onceIntVar(fs, &f.ringSlots, new(bool), "ring-slots", "ring slots")
 }
 
 // options turns the flags into broker options, checked against the kind.
@@ -241,31 +247,19 @@ func (f *topicFlags) options(kind wire.Kind) ([]wire.Option, error) {
 		if !ok {
 			return nil, usageErr("-X %q: want key=value", kv)
 		}
+		v, err := size.TopicOption(k, v)
+		if err != nil {
+			return nil, usageErr("-X %v", err)
+		}
 		opts = append(opts, wire.Option{Key: k, Value: v})
 	}
 	return opts, nil
 }
 
-// parseSize reads "1024", "64KiB", "10GB"; ok is false unless it is a size.
+// parseSize reads "1024", "64KiB", "10GB" (see package size); ok is false unless it is a size.
 func parseSize(s string) (int64, bool) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	mult := int64(1)
-	num := s
-	for _, u := range units {
-		if strings.HasSuffix(s, u.suffix) {
-			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, false
-	}
-	return n * mult, true
+	n, err := size.Parse(s)
+	return n, err == nil
 }
 
 // parseDurationMs reads a Go duration, or whole days as "7d", in milliseconds.

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/lightq/lightq/internal/size"
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/log"
 )
 
@@ -20,9 +22,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lqdump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	verify := fs.Bool("verify", false, "check every batch's header and CRC instead of listing them")
-	maxBatch := fs.Int("max-batch", 0, "largest batch the broker accepts (0: the default)")
+	var maxBatch size.IntValue
+	fs.Var(&maxBatch, "max-batch", "largest batch the broker accepts, bytes or with a unit: 4MiB (0: the default)")
+	printVersion := fs.Bool("version", false, "print the version (module, VCS revision and time, Go) and exit")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: lqdump [-verify] [-max-batch N] <data dir>/topics/<topic>/<partition>")
+		fmt.Fprintln(stderr, "Usage: lqdump [-verify] [-max-batch N] <data dir>/topics/<topic>/<partition>\n       lqdump -version")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -31,19 +35,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *printVersion {
+		fmt.Fprintln(stdout, version.String("lqdump"))
+		return 0
+	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
 	}
 	dir := fs.Arg(0)
 	if !*verify {
-		if err := log.Dump(stdout, dir, nil, *maxBatch); err != nil {
+		if err := log.Dump(stdout, dir, nil, int(maxBatch)); err != nil {
 			fmt.Fprintln(stderr, "lqdump:", err)
 			return 1
 		}
 		return 0
 	}
-	problems, err := log.Verify(dir, nil, *maxBatch)
+	problems, err := log.Verify(dir, nil, int(maxBatch))
 	if err != nil {
 		fmt.Fprintln(stderr, "lqdump:", err)
 		return 1

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lightq/lightq/internal/version"
 	"github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
@@ -74,4 +75,31 @@ func makeBatch(rng *rand.Rand, n, valueSize int, ts int64) []byte {
 		panic(err)
 	}
 	return append([]byte(nil), out...)
+}
+
+// TestVersion: -version prints the build's version line without a directory.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"-version"}, &out, &errb); code != 0 || out.String() != version.String("lqdump")+"\n" {
+		t.Errorf("-version: exit %d, printed %q %q", code, out.String(), errb.String())
+	}
+}
+
+// TestMaxBatchUnits: -max-batch takes a size with a unit, and a bad one is a usage error.
+func TestMaxBatchUnits(t *testing.T) {
+	dir := t.TempDir()
+	l, err := log.Open(dir, log.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := Main([]string{"-max-batch", "4MiB", "-verify", dir}, &out, &errb); code != 0 {
+		t.Errorf("-max-batch 4MiB: exit %d: %s", code, errb.String())
+	}
+	if code := Main([]string{"-max-batch", "4 MiB", dir}, &out, &errb); code != 2 {
+		t.Errorf("-max-batch '4 MiB': exit %d, want 2", code)
+	}
 }

@@ -1,0 +1,33 @@
+// Package brokeraddr completes a broker address given on a command line: "localhost" means
+// "localhost:7450", the broker's default port, as kcat's -b adds Kafka's. lqcat and lqbench
+// use it; the Go client does not, so a program's address is always what it says.
+//
+// Its functions are safe for concurrent use.
+package brokeraddr
+
+import (
+	"net"
+	"strings"
+)
+
+// DefaultPort is the port lightq listens on unless told otherwise (its default addr).
+const DefaultPort = "7450"
+
+// WithDefaultPort returns addr with DefaultPort added when it names only a host: a name, an
+// IPv4 address, a bracketed IPv6 address ("[::1]") or a bare one ("::1"). An address with a
+// port, and anything it cannot read, is returned as it is, so the dial reports the problem.
+func WithDefaultPort(addr string) string {
+	if addr == "" {
+		return addr
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	host := addr
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	} else if strings.ContainsAny(host, "[]") || (strings.Count(host, ":") == 1) {
+		return addr // "host:" or a malformed bracket: leave it to the dial's error
+	}
+	return net.JoinHostPort(host, DefaultPort)
+}

@@ -1,0 +1,24 @@
+package brokeraddr
+
+import "testing"
+
+func TestWithDefaultPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"localhost":       "localhost:7450",
+		"10.0.0.7":        "10.0.0.7:7450",
+		"broker.internal": "broker.internal:7450",
+		"[::1]":           "[::1]:7450",
+		"::1":             "[::1]:7450",
+		"fe80::1%eth0":    "[fe80::1%eth0]:7450",
+		"localhost:9000":  "localhost:9000",
+		"[::1]:9000":      "[::1]:9000",
+		"127.0.0.1:0":     "127.0.0.1:0",
+		"localhost:":      "localhost:",
+		"[::1":            "[::1",
+		"":                "",
+	} {
+		if got := WithDefaultPort(in); got != want {
+			t.Errorf("WithDefaultPort(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
