@@ -215,7 +215,8 @@ func (it *BatchIter) Batch() *wire.Batch { return &it.cur }
 func (it *BatchIter) Err() error { return it.err }
 
 // Fetch reads batches of a durable topic's partition from req.Offset. This is the thin
-// request; a durable consumer built on it comes later.
+// request; Conn.NewConsumer and DialConsumer build the durable consumer on it (positions,
+// prefetch, groups, reconnects).
 func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) {
 	body, err := c.roundTrip(ctx, wire.OpFetch, req.AppendTo(nil))
 	if err != nil {

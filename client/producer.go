@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -66,7 +67,8 @@ type Message struct {
 	Headers    []wire.RecordHeader
 	// Partition is used when HasPartition is set. Otherwise a message with a key goes to
 	// wire.PartitionForKey(Key, partitions), and one without a key to the partition the
-	// producer is currently filling (sticky round robin: it moves on with each batch).
+	// producer is currently filling (sticky round robin from a random partition: it moves on
+	// with each batch).
 	Partition    int32
 	HasPartition bool
 	// Timestamp defaults to the time of Send. It is stored with millisecond precision.
@@ -194,6 +196,9 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 	p := &Producer{
 		c: c, topic: opts.Topic, acks: opts.Acks.wire(), codec: opts.Compression,
 		nparts: n, batchBytes: opts.BatchBytes, linger: max(opts.Linger, 0),
+		// Unkeyed messages start at a random partition: from 0 in every producer, short-lived
+		// producers (a few lines from lqcat -P) would all land on partition 0.
+		sticky: rand.IntN(max(n, 1)),
 		maxMsg: lim.MaxMessage, maxBatch: lim.MaxBatch, onError: opts.OnError,
 		sem:         make(chan struct{}, opts.MaxInFlight),
 		kick:        make(chan struct{}, 1),
