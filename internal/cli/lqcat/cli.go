@@ -448,6 +448,14 @@ type partFlag struct {
 	set bool
 }
 
+// within reports (as an UNKNOWN exit) a partition given that topic, of n partitions, lacks.
+func (p partFlag) within(topic string, n int) error {
+	if p.set && int(p.v) >= n {
+		return withCode(ExitUnknown, fmt.Errorf("topic %q has partitions 0-%d, not %d", topic, n-1, p.v))
+	}
+	return nil
+}
+
 func (p *partFlag) String() string {
 	if !p.set {
 		return ""

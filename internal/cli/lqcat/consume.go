@@ -197,8 +197,8 @@ func (r *runner) consume(ctx context.Context, cc consumeConfig) error {
 	if err != nil {
 		return err
 	}
-	if cc.partition.set && int(cc.partition.v) >= len(md.Partitions) {
-		return withCode(ExitUnknown, fmt.Errorf("topic %q has partitions 0-%d, not %d", cc.topic, len(md.Partitions)-1, cc.partition.v))
+	if err := cc.partition.within(cc.topic, len(md.Partitions)); err != nil {
+		return err
 	}
 	out := newOutput(r.stdout, &cc)
 	var werr error

@@ -151,8 +151,8 @@ func (r *runner) groupDescribe(ctx context.Context, group, topic string, part pa
 	}
 	var rows []groupRow
 	for _, md := range mds {
-		if part.set && int(part.v) >= len(md.Partitions) {
-			return withCode(ExitUnknown, fmt.Errorf("topic %q has partitions 0-%d, not %d", md.Name, len(md.Partitions)-1, part.v))
+		if err := part.within(md.Name, len(md.Partitions)); err != nil {
+			return err
 		}
 		offs, err := fetchCommitted(ctx, conn, group, md)
 		if err != nil {
@@ -240,8 +240,8 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 		return err
 	}
 	md := mds[0]
-	if part.set && int(part.v) >= len(md.Partitions) {
-		return withCode(ExitUnknown, fmt.Errorf("topic %q has partitions 0-%d, not %d", topic, len(md.Partitions)-1, part.v))
+	if err := part.within(topic, len(md.Partitions)); err != nil {
+		return err
 	}
 	offs, err := fetchCommitted(ctx, conn, group, md)
 	if err != nil {

@@ -64,9 +64,9 @@ func (r *runner) produce(ctx context.Context, p produceConfig) error {
 	if err != nil {
 		return fmt.Errorf("topic %q: %w", p.topic, err)
 	}
-	if p.partition.set && p.partition.v >= int32(prod.Partitions()) {
+	if err := p.partition.within(p.topic, prod.Partitions()); err != nil {
 		prod.Close()
-		return withCode(ExitUnknown, fmt.Errorf("topic %q has partitions 0-%d, not %d", p.topic, prod.Partitions()-1, p.partition.v))
+		return err
 	}
 	s := &sender{r: r, p: &p, prod: prod, lim: conn.Limits()}
 	readErr := s.run(ctx)
