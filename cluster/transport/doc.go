@@ -1,0 +1,28 @@
+// Package transport carries Raft messages between the brokers of a cluster, on a port of their
+// own that clients never use.
+//
+// Every broker dials every peer it has messages for; a connection carries messages in one
+// direction only (from the dialer to the listener), as etcd's rafthttp streams do, so the
+// answer to a message travels on the peer's own connection back. A connection starts with a
+// mutual challenge-response over the cluster secret (HMAC-SHA256 of both nonces and both node
+// ids), so a process without the secret can neither send messages nor pass for a broker. TLS
+// for this port is left to the TLS work of the client listener; the secret is never sent.
+//
+// After the handshake the dialer writes frames, each a batch of envelopes (a Raft group id and
+// one raftpb.Message). One writer goroutine per peer drains that peer's bounded queue into one
+// frame per write, so the heartbeats of every partition a broker pair shares leave in one
+// write: that is how heartbeats are coalesced per broker pair, and how appends are pipelined
+// (raft's own MaxInflightMsgs bounds what is outstanding).
+//
+// Raft tolerates lost messages, and the transport relies on that: a full queue, a dead peer or
+// an injected fault drops the message and reports the peer unreachable (Config.Unreachable), so
+// raft probes it again instead of streaming into the void. Nothing here blocks a caller of
+// Send.
+//
+// Faults (faults.go) sits in the send path for tests: drop, delay (and so reorder), duplicate
+// and partition sets of nodes, deterministically under a seed.
+//
+// Concurrency: Send, SetPeer, RemovePeer and Close are safe from any goroutine. The handler
+// runs on the receiving connection's goroutine, one call per frame, in frame order per peer; a
+// slow handler slows only that peer's stream.
+package transport

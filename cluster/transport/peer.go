@@ -1,0 +1,160 @@
+package transport
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// peer is the sending side towards one node: a bounded queue and the goroutine that dials,
+// authenticates and writes batches of the queue as frames.
+//
+// Concurrency: enqueue is safe from any goroutine; stop may be called once (under the
+// transport's mutex); everything else runs on run's goroutine.
+type peer struct {
+	t    *Transport
+	node uint64
+	addr string
+
+	queue chan Envelope
+	done  chan struct{}
+
+	mu   sync.Mutex // guards conn, for stop to close it under a blocked write
+	conn net.Conn
+}
+
+func newPeer(t *Transport, node uint64, addr string) *peer {
+	return &peer{t: t, node: node, addr: addr, queue: make(chan Envelope, t.cfg.QueueLen), done: make(chan struct{})}
+}
+
+// enqueue queues e without blocking; false when the queue is full or the peer stopped.
+func (p *peer) enqueue(e Envelope) bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	select {
+	case p.queue <- e:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *peer) stop() {
+	close(p.done)
+	p.mu.Lock()
+	if p.conn != nil {
+		_ = p.conn.Close() // unblocks a write in progress
+	}
+	p.mu.Unlock()
+}
+
+// run is the peer's goroutine: wait for a message, make sure a connection is up (dropping
+// what is queued while it is not: raft resends), write everything queued as one frame.
+func (p *peer) run() {
+	defer p.t.wg.Done()
+	defer p.closeConn()
+	var (
+		batch    []Envelope
+		buf      []byte
+		failures int
+		retryAt  time.Time
+	)
+	for {
+		var first Envelope
+		select {
+		case <-p.done:
+			return
+		case first = <-p.queue:
+		}
+		batch = append(batch[:0], first)
+		size := envelopeSize(&first)
+	gather:
+		for size < p.t.cfg.MaxBatchBytes {
+			select {
+			case e := <-p.queue:
+				batch = append(batch, e)
+				size += envelopeSize(&e)
+			default:
+				break gather
+			}
+		}
+		conn := p.current()
+		if conn == nil && time.Now().After(retryAt) {
+			var err error
+			if conn, err = p.dial(); err != nil {
+				p.t.cfg.Logf("cluster: node %d at %s: %v", p.node, p.addr, err)
+				retryAt = time.Now().Add(backoff(p.t.cfg.RedialMin, p.t.cfg.RedialMax, failures))
+				failures++
+			} else {
+				failures = 0
+			}
+		}
+		if conn == nil {
+			p.t.cfg.Unreachable(p.node)
+			clear(batch)
+			continue
+		}
+		var err error
+		if buf, err = appendFrame(buf[:0], batch); err != nil {
+			p.t.cfg.Logf("cluster: node %d: %v", p.node, err)
+			p.t.cfg.Unreachable(p.node)
+			clear(batch)
+			continue
+		}
+		clear(batch) // the frame holds the bytes now
+		_ = conn.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout)) // a failure shows in Write
+		if _, err := conn.Write(buf); err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				p.t.cfg.Logf("cluster: node %d: write: %v", p.node, err)
+			}
+			p.closeConn()
+			p.t.cfg.Unreachable(p.node)
+		}
+		if cap(buf) > 4<<20 {
+			buf = nil
+		}
+	}
+}
+
+func (p *peer) current() net.Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn
+}
+
+func (p *peer) dial() (net.Conn, error) {
+	d := net.Dialer{Timeout: p.t.cfg.DialTimeout}
+	c, err := d.Dial("tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(p.t.cfg.DialTimeout)) // a failure shows in the handshake
+	if err := dialHandshake(c, p.t.cfg.Secret, p.t.cfg.NodeID, p.node); err != nil {
+		_ = c.Close() // refused; the error says why
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		_ = c.Close() // stopped while dialling
+		return nil, net.ErrClosed
+	default:
+	}
+	p.conn = c
+	return c, nil
+}
+
+func (p *peer) closeConn() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		_ = p.conn.Close() // done with it
+		p.conn = nil
+	}
+}
