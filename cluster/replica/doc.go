@@ -1,0 +1,27 @@
+// Package replica runs one Raft group, the replication of one partition (or of the cluster's
+// metadata), on etcd's raft library: go.etcd.io/raft/v3 decides; this package persists, sends
+// and applies what the library asks for, in the order its Ready contract demands.
+//
+// One goroutine per replica owns its raft.RawNode. Everything else reaches it through
+// bounded channels: Step (messages from peers), Propose (new entries, leader only),
+// ReportUnreachable. Each turn of the loop persists Ready.Entries and Ready.HardState to the
+// Storage before sending Ready.Messages (raft's safety needs the vote and the entries on disk
+// before anyone hears of them), then applies Ready.CommittedEntries, then calls Advance.
+//
+// Proposals and acknowledgements: a leader appends its own proposals, and only those, to its
+// log in its own term, in the order it proposed them, so the new entries of a Ready whose term
+// is the leader's term are matched to the waiting proposals in order. A proposal is done when
+// the entry at its index commits: with its own term, it is stored (Proposal.Err nil); with
+// another term, a later leader replaced it and it is not stored (ErrReplaced). A leader that
+// loses its leadership keeps its proposals waiting, since the next leader may still commit
+// them; the caller bounds the wait and treats a timeout as "outcome unknown" (the idempotent
+// producer's retry then resolves it without a duplicate).
+//
+// Reads: only committed entries are applied (Config.Apply), so a consumer fed from what was
+// applied sees the high watermark and never an entry a later leader could replace.
+//
+// Raft is configured with pre-vote and check-quorum (a partitioned node cannot disrupt the
+// group when it returns, and a leader that cannot reach a quorum steps down within an
+// election timeout, so it cannot acknowledge), and without proposal forwarding: a follower
+// answers ErrNotLeader with the leader it knows, and the client goes there.
+package replica

@@ -1,0 +1,220 @@
+package replica
+
+import (
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/cluster/transport"
+)
+
+// run is the replica's goroutine: the only one that touches r.rn.
+func (r *Replica) run() {
+	defer close(r.stopped)
+	defer r.failAll(ErrStopped)
+	tick := time.NewTicker(r.cfg.Tick)
+	defer tick.Stop()
+	r.publishStatus()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+			r.rn.Tick()
+		case m := <-r.inbox:
+			r.step(m)
+			r.drainInbox()
+		case p := <-r.proposals:
+			r.propose(p)
+			r.drainProposals()
+		case node := <-r.unreachable:
+			r.rn.ReportUnreachable(node)
+		}
+		if r.rn.HasReady() {
+			if err := r.handleReady(); err != nil {
+				// A replica that cannot persist must not vote or acknowledge again: stop it,
+				// and let the broker report the partition's storage error.
+				r.cfg.Logger.Errorf("replica %d of group %d stops: %v", r.cfg.ID, r.cfg.Group, err)
+				return
+			}
+		}
+	}
+}
+
+func (r *Replica) step(m raftpb.Message) {
+	if err := r.rn.Step(m); err != nil && err != raft.ErrStepPeerNotFound && err != raft.ErrStepLocalMsg {
+		r.cfg.Logger.Debugf("group %d: step %s from %d: %v", r.cfg.Group, m.Type, m.From, err)
+	}
+}
+
+// drainInbox steps what else is queued (bounded by the queue), so one Ready covers many
+// messages.
+func (r *Replica) drainInbox() {
+	for range cap(r.inbox) {
+		select {
+		case m := <-r.inbox:
+			r.step(m)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Replica) drainProposals() {
+	for range cap(r.proposals) {
+		select {
+		case p := <-r.proposals:
+			r.propose(p)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Replica) propose(p *Proposal) {
+	if r.term == 0 {
+		p.finish(&NotLeaderError{Leader: r.rn.BasicStatus().Lead})
+		return
+	}
+	switch err := r.rn.Propose(p.Data); err {
+	case nil:
+		r.unassigned = append(r.unassigned, p)
+	case raft.ErrProposalDropped:
+		// Dropped: a leader transfer is under way, or the uncommitted bytes are over the cap.
+		if st := r.rn.BasicStatus(); st.RaftState != raft.StateLeader {
+			p.finish(&NotLeaderError{Leader: st.Lead})
+		} else {
+			p.finish(ErrBusy)
+		}
+	default:
+		p.finish(fmt.Errorf("propose: %w", err))
+	}
+}
+
+// handleReady does what one Ready asks, in the order raft requires: persist, send, apply,
+// advance.
+func (r *Replica) handleReady() error {
+	rd := r.rn.Ready()
+	if rd.SoftState != nil {
+		if rd.SoftState.RaftState == raft.StateLeader {
+			r.term = r.rn.BasicStatus().Term
+		} else {
+			r.term = 0
+			// Proposals not yet in the log will never be: raft dropped them with the leadership.
+			for _, p := range r.unassigned {
+				p.finish(&NotLeaderError{Leader: rd.SoftState.Lead})
+			}
+			r.unassigned = r.unassigned[:0]
+		}
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := r.cfg.Storage.ApplySnapshot(rd.Snapshot); err != nil {
+			return fmt.Errorf("apply snapshot: %w", err)
+		}
+	}
+	if len(rd.Entries) > 0 {
+		if err := r.cfg.Storage.Append(rd.Entries); err != nil {
+			return fmt.Errorf("append %d entries at %d: %w", len(rd.Entries), rd.Entries[0].Index, err)
+		}
+		r.assign(rd.Entries)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if err := r.cfg.Storage.SetHardState(rd.HardState); err != nil {
+			return fmt.Errorf("save hard state: %w", err)
+		}
+	}
+	for _, m := range rd.Messages {
+		r.cfg.Sender.Send(m.To, transport.Envelope{Group: r.cfg.Group, Msg: m})
+	}
+	for _, e := range rd.CommittedEntries {
+		switch e.Type {
+		case raftpb.EntryNormal:
+			if len(e.Data) > 0 {
+				r.cfg.Apply(e)
+			}
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err := cc.Unmarshal(e.Data); err != nil {
+				return fmt.Errorf("conf change at %d: %w", e.Index, err)
+			}
+			r.rn.ApplyConfChange(cc)
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			if err := cc.Unmarshal(e.Data); err != nil {
+				return fmt.Errorf("conf change at %d: %w", e.Index, err)
+			}
+			r.rn.ApplyConfChange(cc)
+		}
+		r.settle(e)
+	}
+	r.rn.Advance(rd)
+	r.publishStatus()
+	return nil
+}
+
+// assign gives the leader's waiting proposals the indexes of its new entries. Only the
+// leader's own proposals are normal entries with data in its own term (the empty entry of
+// its election has none; forwarding is off), in the order it proposed them.
+func (r *Replica) assign(entries []raftpb.Entry) {
+	for _, e := range entries {
+		if r.term == 0 || e.Term != r.term || e.Type != raftpb.EntryNormal || len(e.Data) == 0 || len(r.unassigned) == 0 {
+			continue
+		}
+		p := r.unassigned[0]
+		r.unassigned = r.unassigned[1:]
+		p.Index, p.Term = e.Index, e.Term
+		r.waiting = append(r.waiting, p)
+	}
+}
+
+// settle ends the waiting proposals that committed entry e decides.
+func (r *Replica) settle(e raftpb.Entry) {
+	n := 0
+	for _, p := range r.waiting {
+		if p.Index > e.Index {
+			break
+		}
+		if p.Index == e.Index && p.Term == e.Term {
+			p.finish(nil)
+		} else {
+			p.finish(ErrReplaced)
+		}
+		n++
+	}
+	if n > 0 {
+		clear(r.waiting[:n])
+		r.waiting = r.waiting[n:]
+	}
+}
+
+func (r *Replica) failAll(err error) {
+	r.statusMu.Lock()
+	r.closed = true
+	r.statusMu.Unlock()
+	for _, p := range r.unassigned {
+		p.finish(err)
+	}
+	for _, p := range r.waiting {
+		p.finish(err)
+	}
+	r.unassigned, r.waiting = nil, nil
+	// Proposals still queued never reached raft.
+	for {
+		select {
+		case p := <-r.proposals:
+			p.finish(err)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Replica) publishStatus() {
+	st := r.rn.BasicStatus()
+	last, _ := r.cfg.Storage.LastIndex() // an error shows on the next append
+	r.statusMu.Lock()
+	r.status = Status{Leader: st.Lead, Term: st.Term, Commit: st.Commit, Applied: st.Applied, IsLeader: st.RaftState == raft.StateLeader, LastIndex: last}
+	r.statusMu.Unlock()
+}

@@ -1,0 +1,274 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/cluster/transport"
+)
+
+// Storage is the replica's durable state: raft's read side plus the writes a Ready asks for.
+// Append and SetHardState must be durable (per the partition's fsync policy) when they return.
+type Storage interface {
+	raft.Storage
+	// Append stores entries, which are consecutive; any stored entries at or after
+	// entries[0].Index are replaced (raft only replaces entries that were never committed).
+	Append(entries []raftpb.Entry) error
+	SetHardState(st raftpb.HardState) error
+	ApplySnapshot(snap raftpb.Snapshot) error
+}
+
+// Sender sends messages to peers; *transport.Transport is one.
+type Sender interface {
+	Send(node uint64, envs ...transport.Envelope) bool
+}
+
+// Config configures a Replica. ID, Group, Storage, Sender and Apply are required.
+type Config struct {
+	ID    uint64 // this broker's node id
+	Group uint64 // the Raft group
+	// Peers bootstraps a new group with these voters (this broker among them) when Storage
+	// is empty; ignored otherwise.
+	Peers   []uint64
+	Storage Storage
+	Sender  Sender
+	// Apply receives each committed normal entry that carries data, in index order, on the
+	// replica's goroutine. It must not block for long: it holds up the group.
+	Apply func(e raftpb.Entry)
+	// Applied is the last index Apply saw before a restart (entries up to it are not applied
+	// again).
+	Applied uint64
+
+	Tick           time.Duration // default 100 ms
+	ElectionTicks  int           // default 10: an election starts 1-2 s after the leader went quiet
+	HeartbeatTicks int           // default 1
+	MaxSizePerMsg  uint64        // bytes of entries per append message; default 1 MiB
+	MaxInflight    int           // append messages in flight per follower; default 256
+	// MaxUncommittedBytes bounds what a leader accepts beyond its commit index; past it,
+	// Propose fails with ErrBusy. Default 64 MiB.
+	MaxUncommittedBytes uint64
+	Logger              raft.Logger // default: discard
+}
+
+var (
+	// ErrStopped: the replica stopped; a waiting proposal's outcome is unknown.
+	ErrStopped = errors.New("replica stopped")
+	// ErrReplaced: a later leader replaced the proposal's entry; it is not stored.
+	ErrReplaced = errors.New("proposal replaced by a later leader; not stored")
+	// ErrBusy: too many proposals waiting; not stored, retry later.
+	ErrBusy = errors.New("replica busy; not stored")
+)
+
+// NotLeaderError is a proposal to a replica that is not the leader. Leader is the leader it
+// knows, 0 when none (an election is under way). Nothing was stored.
+type NotLeaderError struct{ Leader uint64 }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return "not the leader, and no leader is known (election in progress)"
+	}
+	return fmt.Sprintf("not the leader; node %d is", e.Leader)
+}
+
+// Proposal is one entry proposed to the group. Done is closed when the outcome is known;
+// then Index and Term say where it is (Err nil), or Err says why it is not (or may not be)
+// stored.
+type Proposal struct {
+	Data  []byte
+	Index uint64
+	Term  uint64
+	Err   error
+	done  chan struct{}
+}
+
+// Done is closed once the proposal's outcome is known.
+func (p *Proposal) Done() <-chan struct{} { return p.done }
+
+func (p *Proposal) finish(err error) {
+	p.Err = err
+	close(p.done)
+}
+
+// Status is a snapshot of the replica's view of its group.
+type Status struct {
+	Leader    uint64
+	Term      uint64
+	Commit    uint64
+	Applied   uint64
+	IsLeader  bool
+	LastIndex uint64
+}
+
+// Replica is one member of one Raft group. See the package doc.
+type Replica struct {
+	cfg Config
+	rn  *raft.RawNode
+
+	inbox       chan raftpb.Message
+	proposals   chan *Proposal
+	unreachable chan uint64
+	stop        chan struct{}
+	stopped     chan struct{}
+	stopOnce    sync.Once
+
+	statusMu sync.Mutex
+	status   Status
+	closed   bool // set (under statusMu) before the loop fails what is queued
+
+	// Owned by the loop goroutine.
+	term       uint64      // the term in which this replica leads, 0 when it does not
+	unassigned []*Proposal // proposed in this term, index not yet seen in a Ready
+	waiting    []*Proposal // index known, waiting for that index to commit
+}
+
+// Start opens the replica's raft state from cfg.Storage (bootstrapping a new group from
+// cfg.Peers when it is empty) and starts its goroutine.
+func Start(cfg Config) (*Replica, error) {
+	if cfg.ID == 0 || cfg.Storage == nil || cfg.Sender == nil || cfg.Apply == nil {
+		return nil, errors.New("replica: ID, Storage, Sender and Apply are required")
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = 10
+	}
+	if cfg.HeartbeatTicks <= 0 {
+		cfg.HeartbeatTicks = 1
+	}
+	if cfg.MaxSizePerMsg == 0 {
+		cfg.MaxSizePerMsg = 1 << 20
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 256
+	}
+	if cfg.MaxUncommittedBytes == 0 {
+		cfg.MaxUncommittedBytes = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger{}
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   cfg.Storage,
+		Applied:                   cfg.Applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           cfg.MaxInflight,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		Logger:                    cfg.Logger,
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("replica %d of group %d: %w", cfg.ID, cfg.Group, err)
+	}
+	if last, err := cfg.Storage.LastIndex(); err != nil {
+		return nil, err
+	} else if hs, _, err := cfg.Storage.InitialState(); err != nil {
+		return nil, err
+	} else if last == 0 && raft.IsEmptyHardState(hs) {
+		if len(cfg.Peers) == 0 {
+			return nil, fmt.Errorf("replica %d of group %d: empty storage and no peers to bootstrap", cfg.ID, cfg.Group)
+		}
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, id := range cfg.Peers {
+			peers[i] = raft.Peer{ID: id}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, err
+		}
+	}
+	r := &Replica{
+		cfg:         cfg,
+		rn:          rn,
+		inbox:       make(chan raftpb.Message, 4096),
+		proposals:   make(chan *Proposal, 1024),
+		unreachable: make(chan uint64, 64),
+		stop:        make(chan struct{}),
+		stopped:     make(chan struct{}),
+	}
+	go r.run()
+	return r, nil
+}
+
+// Step hands a message from a peer to the replica without blocking; it is dropped when the
+// replica's inbox is full (raft resends).
+func (r *Replica) Step(m raftpb.Message) {
+	select {
+	case r.inbox <- m:
+	default:
+	}
+}
+
+// ReportUnreachable tells raft a message to node was lost, so it probes instead of streaming.
+func (r *Replica) ReportUnreachable(node uint64) {
+	select {
+	case r.unreachable <- node:
+	default:
+	}
+}
+
+// Propose asks the group to store data (which the replica keeps until Done). It fails at once
+// with *NotLeaderError when this replica knows it does not lead, ErrBusy when too much is
+// waiting, ErrStopped after Stop; otherwise the outcome comes through the proposal.
+func (r *Replica) Propose(data []byte) (*Proposal, error) {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock() // held over the send, so the loop's exit cannot miss p
+	switch {
+	case r.closed:
+		return nil, ErrStopped
+	case !r.status.IsLeader:
+		return nil, &NotLeaderError{Leader: r.status.Leader}
+	}
+	p := &Proposal{Data: data, done: make(chan struct{})}
+	select {
+	case r.proposals <- p:
+		return p, nil
+	default:
+		return nil, ErrBusy
+	}
+}
+
+// Campaign starts an election now (tests, and leader transfer on a clean shutdown).
+func (r *Replica) Campaign() {
+	r.Step(raftpb.Message{Type: raftpb.MsgHup, From: r.cfg.ID, To: r.cfg.ID})
+}
+
+// Status is the replica's latest view, as of its last loop turn.
+func (r *Replica) Status() Status {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	return r.status
+}
+
+// Stop ends the replica's goroutine; waiting proposals end with ErrStopped.
+func (r *Replica) Stop() {
+	r.stopOnce.Do(func() { close(r.stop) })
+	<-r.stopped
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Debug(...any)            {}
+func (discardLogger) Debugf(string, ...any)   {}
+func (discardLogger) Error(...any)            {}
+func (discardLogger) Errorf(string, ...any)   {}
+func (discardLogger) Info(...any)             {}
+func (discardLogger) Infof(string, ...any)    {}
+func (discardLogger) Warning(...any)          {}
+func (discardLogger) Warningf(string, ...any) {}
+func (discardLogger) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
+func (discardLogger) Fatalf(f string, v ...any) {
+	panic(fmt.Sprintf(f, v...))
+}
+func (discardLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (discardLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
