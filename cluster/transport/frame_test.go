@@ -101,7 +101,6 @@ func TestDecodeFrameErrors(t *testing.T) {
 	}
 }
 
-
 func FuzzDecodeFrame(f *testing.F) {
 	good, _ := appendFrame(nil, []Envelope{{Group: 3, Msg: appendMsg(2, 10, []byte("hello"), []byte("world"))}, {Group: 4, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat}}})
 	f.Add(good)

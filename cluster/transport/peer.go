@@ -105,7 +105,7 @@ func (p *peer) run() {
 			clear(batch)
 			continue
 		}
-		clear(batch) // the frame holds the bytes now
+		clear(batch)                                                    // the frame holds the bytes now
 		_ = conn.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout)) // a failure shows in Write
 		if _, err := conn.Write(buf); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
