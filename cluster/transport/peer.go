@@ -105,8 +105,9 @@ func (p *peer) run() {
 			clear(batch)
 			continue
 		}
-		clear(batch)                                                    // the frame holds the bytes now
-		_ = conn.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout)) // a failure shows in Write
+		clear(batch) // the frame holds the bytes now
+		// A deadline that cannot be set shows as a failed Write.
+		_ = conn.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
 		if _, err := conn.Write(buf); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				p.t.cfg.Logf("cluster: node %d: write: %v", p.node, err)
