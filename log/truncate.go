@@ -1,0 +1,151 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// TruncateFrom removes every batch at or after offset, which must be the base offset of a
+// stored batch (or NextOffset: nothing to do). It exists for replication: a follower whose
+// uncommitted tail a new leader replaced cuts it before appending the leader's entries. The
+// caller guarantees that no reader was given those batches (replicated reads stop at the
+// commit index, which never covers a tail raft replaces).
+//
+// The cut is durable on return and survives a crash at any point as either the old log or a
+// shorter continuous one that still holds every batch below offset: later segments are
+// removed newest first, then the segment holding offset is cut and fsynced. A sealed segment
+// holding offset becomes the active one again (its index files go, as recovery would remove
+// them for an active segment). NextOffset becomes offset and DurableOffset at most offset.
+//
+// Errors: ErrOffsetOutOfRange (offset below StartOffset or above NextOffset), ErrCorrupt
+// (offset is not a batch boundary, or the headers on the way do not walk), ErrBroken, ErrClosed.
+// Safe for concurrent use: it holds out Sync, retention and Append while it runs.
+func (l *Log) TruncateFrom(offset int64) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.retMu.Lock()
+	defer l.retMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	next := l.next.Load()
+	if offset == next {
+		return nil
+	}
+	if start := l.start.Load(); offset < start || offset > next {
+		return fmt.Errorf("%w: truncate at %d, outside [%d, %d]", ErrOffsetOutOfRange, offset, start, next)
+	}
+	k := len(l.segs) - 1
+	for l.segs[k].base > offset {
+		k--
+	}
+	s := l.segs[k]
+	pos, err := l.batchPosition(s, offset)
+	if err != nil {
+		return err
+	}
+
+	// Later segments go first, newest first, so that a crash leaves a continuous log.
+	for i := len(l.segs) - 1; i > k; i-- {
+		if err := l.removeSegmentFiles(l.segs[i].base); err != nil {
+			return l.setBroken(fmt.Errorf("truncate at %d: %w", offset, err))
+		}
+	}
+	if k < len(l.segs)-1 {
+		if err := l.fsys.SyncDir(l.dir); err != nil {
+			return l.setBroken(fmt.Errorf("fsync directory %s: %w", l.dir, err))
+		}
+	}
+	act := s
+	if k < len(l.segs)-1 {
+		// s was sealed: it is active again, with a writable descriptor of its own (Chunks
+		// may still hold the read-only one, closed when they release it).
+		for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+			if err := l.fsys.Remove(filepath.Join(l.dir, segmentName(s.base, suf))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return l.setBroken(fmt.Errorf("truncate at %d: %w", offset, err))
+			}
+		}
+		f, err := l.fsys.OpenFile(s.path, os.O_RDWR, 0)
+		if err != nil {
+			return l.setBroken(fmt.Errorf("truncate at %d: reopen %s: %w", offset, s.path, err))
+		}
+		act = newSegment(s.base, s.path, f, l.opts.Now())
+	}
+	if err := act.f.Truncate(pos); err != nil {
+		return l.setBroken(fmt.Errorf("truncate %s to %d: %w", act.path, pos, err))
+	}
+	if err := act.f.Sync(); err != nil {
+		return l.setBroken(fmt.Errorf("fsync %s after truncating: %w", act.path, err))
+	}
+	// Rebuild the segment's in-memory indexes for what is left (a rare operation: one walk
+	// of the headers).
+	act.idx, act.tidx, act.maxTS, act.sinceIndex = nil, nil, math.MinInt64, 0
+	act.size, act.next = pos, act.base
+	if err := l.walkTail(act); err != nil {
+		return l.setBroken(fmt.Errorf("truncate at %d: rebuild the index of %s: %w", offset, act.path, err))
+	}
+	l.segMu.Lock()
+	dead := l.segs[k+1:]
+	if act != s {
+		dead = append(dead[:len(dead):len(dead)], s)
+	}
+	l.segs = append(l.segs[:k:k], act)
+	l.next.Store(offset)
+	if l.durable.Load() > offset {
+		l.durable.Store(offset)
+	}
+	l.segMu.Unlock()
+	for _, d := range dead {
+		d.release()
+	}
+	if err := l.cp.write(act.base, act.size); err != nil {
+		l.opts.Logf("log %s: checkpoint after truncating: %v", l.dir, err)
+	}
+	l.opts.Logf("log %s: truncated at offset %d (was %d)", l.dir, offset, next)
+	return nil
+}
+
+// batchPosition finds the position in s of the batch whose base offset is offset, walking the
+// headers from the nearest index entry. l.mu held.
+func (l *Log) batchPosition(s *segment, offset int64) (int64, error) {
+	pos, base := int64(0), s.base
+	for _, e := range s.idx {
+		if s.base+int64(e.rel) > offset {
+			break
+		}
+		pos, base = int64(e.pos), s.base+int64(e.rel)
+	}
+	buf := make([]byte, wire.BatchHeaderSize)
+	for base < offset {
+		h, err := readHeader(s.f, s.path, buf, pos, s.size, l.opts.MaxBatch)
+		if err != nil {
+			return 0, err
+		}
+		if h.BaseOffset != base {
+			return 0, fmt.Errorf("%w: %s at %d: base offset %d, want %d", ErrCorrupt, s.path, pos, h.BaseOffset, base)
+		}
+		pos += int64(h.Size())
+		base = h.NextOffset()
+	}
+	if base != offset {
+		return 0, fmt.Errorf("%w: truncate at %d: not a batch boundary in %s (a batch covers it up to %d)", ErrCorrupt, offset, s.path, base)
+	}
+	return pos, nil
+}
+
+func (l *Log) removeSegmentFiles(base int64) error {
+	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if err := l.fsys.Remove(filepath.Join(l.dir, segmentName(base, suf))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

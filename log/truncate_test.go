@@ -1,0 +1,137 @@
+package log
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lightq/lightq/log/vfs/crashfs"
+)
+
+func TestTruncateFrom(t *testing.T) {
+	cases := []struct {
+		name string
+		at   func(b []stored) int // index of the first batch cut (len(b): none)
+	}{
+		{"nothing", func(b []stored) int { return len(b) }},
+		{"last batch", func(b []stored) int { return len(b) - 1 }},
+		{"inside the active segment", func(b []stored) int { return len(b) - 3 }},
+		{"inside a sealed segment", func(b []stored) int { return len(b) / 2 }},
+		{"everything", func(b []stored) int { return 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{SegmentBytes: 8 << 10, IndexIntervalBytes: 512}
+			l := mustOpen(t, dir, opts)
+			rng := rand.New(rand.NewPCG(1, 2))
+			batches := appendN(t, l, rng, 60, 5, 200, 1000)
+			if len(l.segs) < 3 {
+				t.Fatalf("want several segments, have %d", len(l.segs))
+			}
+			cut := tc.at(batches)
+			offset := l.NextOffset()
+			if cut < len(batches) {
+				offset = batches[cut].base
+			}
+			if err := l.TruncateFrom(offset); err != nil {
+				t.Fatal(err)
+			}
+			keep := batches[:cut]
+			check := func(l *Log, what string) {
+				t.Helper()
+				if l.NextOffset() != offset {
+					t.Fatalf("%s: NextOffset %d, want %d", what, l.NextOffset(), offset)
+				}
+				got := readAll(t, l)
+				if len(got) != len(keep) {
+					t.Fatalf("%s: %d batches, want %d", what, len(got), len(keep))
+				}
+				for i := range got {
+					if got[i].base != keep[i].base || !bytes.Equal(got[i].data, keep[i].data) {
+						t.Fatalf("%s: batch %d differs", what, i)
+					}
+				}
+			}
+			check(l, "after the cut")
+			if l.DurableOffset() > offset {
+				t.Fatalf("DurableOffset %d above the cut %d", l.DurableOffset(), offset)
+			}
+			more := appendN(t, l, rng, 20, 5, 200, 5000)
+			if more[0].base != offset {
+				t.Fatalf("the next append got offset %d, want %d", more[0].base, offset)
+			}
+			keep = append(keep, more...)
+			offset = l.NextOffset()
+			check(l, "after appending again")
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = mustOpen(t, dir, opts)
+			defer l.Close()
+			check(l, "after reopening")
+		})
+	}
+}
+
+func TestTruncateFromRefuses(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{})
+	defer l.Close()
+	batches := appendN(t, l, rand.New(rand.NewPCG(3, 4)), 5, 5, 50, 0)
+	for _, off := range []int64{-1, l.NextOffset() + 1} {
+		if err := l.TruncateFrom(off); !errors.Is(err, ErrOffsetOutOfRange) {
+			t.Fatalf("TruncateFrom(%d) = %v, want ErrOffsetOutOfRange", off, err)
+		}
+	}
+	inside := batches[2].base + 1
+	if batches[2].count < 2 {
+		inside = batches[2].base // every batch of one record: no inside offset to try
+	} else if err := l.TruncateFrom(inside); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("TruncateFrom inside a batch = %v, want ErrCorrupt", err)
+	}
+	if l.NextOffset() != batches[4].next() {
+		t.Fatal("a refused truncation changed the log")
+	}
+}
+
+// TestTruncateFromPowerLoss kills the process at every step of a truncation across segments
+// and cuts the power: the log opens, is continuous, and holds every batch below the cut and
+// either all the batches after it or a prefix of them.
+func TestTruncateFromPowerLoss(t *testing.T) {
+	rounds := 60
+	if long {
+		rounds = 600
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range rounds {
+		fsys := crashfs.New()
+		dir := t.TempDir()
+		opts := Options{FS: fsys, SegmentBytes: 4 << 10, IndexIntervalBytes: 512}
+		l := mustOpen(t, dir, opts)
+		batches := appendN(t, l, rng, 40, 4, 150, 0)
+		if _, err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		cut := 1 + rng.IntN(len(batches)-1)
+		fsys.KillAfter(1 + rng.IntN(10))
+		_ = l.TruncateFrom(batches[cut].base) // may be killed part way
+		if err := fsys.Crash(rng); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := Open(dir, Options{FS: fsys, SegmentBytes: 4 << 10, IndexIntervalBytes: 512})
+		if err != nil {
+			t.Fatalf("round %d: reopen: %v", round, err)
+		}
+		got := readAll(t, l2)
+		if len(got) < cut {
+			t.Fatalf("round %d: %d batches after the crash; the %d below the cut must stay", round, len(got), cut)
+		}
+		for i := range got {
+			if got[i].base != batches[i].base || !bytes.Equal(got[i].data, batches[i].data) {
+				t.Fatalf("round %d: batch %d differs after the crash", round, i)
+			}
+		}
+		l2.Close()
+	}
+}
