@@ -485,6 +485,29 @@ func protocolExamples() []protocolExample {
 			{User: "orders-app", Topic: "orders", Roles: wire.RolesBoth},
 		}}))
 
+	add("set-password-request",
+		frame(wire.OpSetPassword, 0, 15, body(func(a *annotated) {
+			a.str("billing", "user")
+			a.str("n3w-s3cret", "new password")
+		})),
+		wireFrame(wire.OpSetPassword, 0, 15, &wire.UserPassword{User: "billing", Password: "n3w-s3cret"}))
+	add("revoke-request",
+		frame(wire.OpRevoke, 0, 16, body(func(a *annotated) {
+			a.str("billing", "user")
+			a.str("orders", "topic name")
+			a.u8(2, "roles 0x02 (consume)")
+		})),
+		wireFrame(wire.OpRevoke, 0, 16, &wire.Grant{User: "billing", Topic: "orders", Roles: wire.RolesConsume}))
+	add("delete-user-request",
+		frame(wire.OpDeleteUser, 0, 17, body(func(a *annotated) { a.str("biling", "user") })),
+		wireFrame(wire.OpDeleteUser, 0, 17, &wire.UserName{User: "biling"}))
+	add("error-unknown-user",
+		frame(wire.OpError, 0, 17, body(func(a *annotated) {
+			a.u16(30, "code 30 UNKNOWN_USER")
+			a.str(`no user "biling"`, "message")
+		})),
+		wireFrame(wire.OpError, 0, 17, &wire.ErrorBody{Code: wire.CodeUnknownUser, Message: `no user "biling"`}))
+
 	fetchRecs := []exampleRecord{{ts: exampleTS, key: "user-7", value: "login"}}
 	add("fetch-request",
 		frame(wire.OpFetch, 0, 11, body(func(a *annotated) {
