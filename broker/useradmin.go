@@ -26,7 +26,8 @@ import (
 // recheckWait bounds how long a change waits for the connections of its user to apply it.
 const recheckWait = 5 * time.Second
 
-// listUsersPage is about how many bytes of entries one LIST_USERS answer holds.
+// listUsersPage is about how many bytes of entries one LIST_USERS answer holds, unless the
+// broker's MaxFrame is smaller (see handleListUsers).
 const listUsersPage = 64 << 10
 
 // checkUserLimits refuses a change that would add users or grants past Config.MaxUsers or
@@ -333,13 +334,16 @@ func (c *conn) handleListUsers(corr uint32, body []byte) {
 		return
 	}
 	var resp wire.ListUsersResponse
+	// The answer must fit the frame limit the client was announced: its header, the more
+	// flag and the count, then entries. One entry (at most 509 bytes) always fits.
+	page := min(listUsersPage, c.srv.cfg.Limits.MaxFrame-wire.HeaderSize-5)
 	size := 0
 	add := func(e wire.UserRoles) bool {
 		if m.AfterUser != "" && (e.User < m.AfterUser || e.User == m.AfterUser && e.Topic <= m.AfterTopic) {
 			return true
 		}
 		n := 5 + len(e.User) + len(e.Topic) // its encoded size
-		if size+n > listUsersPage && len(resp.Entries) > 0 {
+		if size+n > page && len(resp.Entries) > 0 {
 			resp.More = true
 			return false
 		}

@@ -199,3 +199,41 @@ func TestCreateTopicUsers(t *testing.T) {
 		t.Fatalf("bare topic's user %+v, %v", resp.Topics, err)
 	}
 }
+
+// TestListUsersFitsTheFrameLimit: with the smallest MaxFrame a broker may have, LIST_USERS
+// answers in pages that each fit it.
+func TestListUsersFitsTheFrameLimit(t *testing.T) {
+	srv := startBroker(t, func(c *Config) {
+		c.Limits.MaxBatch, c.Limits.MaxFrame, c.Limits.MaxMessage = 4096, 5120, 1024
+		c.RingBytes = 1 << 20
+	})
+	a := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	for i := range 40 {
+		a.createUser(fmt.Sprintf("%s-%02d", strings.Repeat("u", 250), i), "pw")
+	}
+	m := wire.ListUsers{}
+	var got int
+	for pages := 1; ; pages++ {
+		corr := a.send(wire.OpListUsers, m.AppendTo(nil))
+		f := a.mustRead()
+		if size := wire.HeaderSize + len(f.body); size > 5120 {
+			t.Fatalf("page %d is a %d-byte frame, over MaxFrame 5120", pages, size)
+		}
+		var resp wire.ListUsersResponse
+		if f.h.Op != wire.OpListUsers || f.h.Corr != corr || resp.Decode(f.body) != nil {
+			t.Fatalf("page %d: %s corr %d", pages, f.h.Op, f.h.Corr)
+		}
+		got += len(resp.Entries)
+		if !resp.More {
+			if pages < 2 {
+				t.Fatalf("%d entries in one page", got)
+			}
+			break
+		}
+		last := resp.Entries[len(resp.Entries)-1]
+		m.AfterUser, m.AfterTopic = last.User, last.Topic
+	}
+	if got != 41 {
+		t.Fatalf("%d entries, want 41", got)
+	}
+}
