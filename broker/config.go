@@ -71,12 +71,19 @@ type Config struct {
 	// is answered RESOURCE_LIMIT; pairs already stored can always be committed again.
 	MaxCommittedOffsetsPerTopic int
 	MaxCommittedOffsets         int
-	ShutdownDrain               time.Duration
+
+	// MaxUsers and MaxGrants cap the users and the (user, topic) grants of roles: all of them
+	// are in memory and in the metadata file, which every change rewrites whole. CREATE_USER,
+	// GRANT or CREATE_TOPIC past either is answered RESOURCE_LIMIT.
+	MaxUsers  int
+	MaxGrants int
+
+	ShutdownDrain time.Duration
 
 	// The worker pools run what would block an event loop. A request that finds its pool's
 	// queue full is answered RESOURCE_LIMIT (retry later).
-	// AuthPool runs AUTH, CREATE_TOPIC and DELETE_TOPIC: argon2 (each run uses HashParams
-	// memory) and metadata fsyncs.
+	// AuthPool runs AUTH and the admin changes (topics, users, roles): argon2 (each run uses
+	// HashParams memory) and metadata fsyncs.
 	AuthPool PoolSize
 	IOPool   PoolSize // FETCH of data that may not be in the page cache: reads and prefetch
 	MetaPool PoolSize // LIST_OFFSETS by timestamp (COMMIT_OFFSET has its topic's own syncer)
@@ -110,6 +117,8 @@ func DefaultConfig() Config {
 		MaxSubscriptionsPerConn:     1024,
 		MaxCommittedOffsetsPerTopic: 100_000,
 		MaxCommittedOffsets:         1_000_000,
+		MaxUsers:                    10_000,
+		MaxGrants:                   100_000,
 		AuthPool:                    PoolSize{Workers: 2, Queue: 256},
 		IOPool:                      PoolSize{Workers: 4, Queue: 4096},
 		MetaPool:                    PoolSize{Workers: 2, Queue: 4096},
@@ -161,6 +170,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max subscriptions per connection must be at least 1")
 	case c.MaxCommittedOffsetsPerTopic < 1 || c.MaxCommittedOffsets < 1:
 		return fmt.Errorf("max committed offsets per topic and per broker must be at least 1")
+	case c.MaxUsers < 1 || c.MaxGrants < 1:
+		return fmt.Errorf("max users and max grants must be at least 1")
 	}
 	return nil
 }

@@ -13,17 +13,6 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// principal is who a connection authenticated as.
-type principal struct {
-	user  string
-	admin bool
-}
-
-// mayUse reports whether p may produce to, consume from and describe t.
-func (p *principal) mayUse(t *topic) bool {
-	return p != nil && (p.admin || p.user == t.user)
-}
-
 // lifeState is where a connection is in its life. It only moves forward (conn.advance):
 //
 //	connOpen ──a fatal error queued (sendError)──▶ connFailing
@@ -71,8 +60,11 @@ type conn struct {
 	log    zerolog.Logger
 	remote string // IP without port, for login throttling
 
-	helloDone    bool
-	principal    *principal
+	helloDone bool
+	principal *principal // who the connection is; what it may do: authorize (authz.go)
+	// authUser is principal's user name ("" without one), for the workers that look for a
+	// user's connections after a change of its rights (Server.recheckUser). Set with principal.
+	authUser     atomic.Pointer[string]
 	authDeadline time.Time
 	paused       bool      // a request that holds the connection (AUTH, CREATE_TOPIC, ...) is running
 	life         lifeState // open, failing, closed (see lifeState)

@@ -138,3 +138,41 @@ func TestTransientOffsetsStartAgainAfterRestart(t *testing.T) {
 		t.Fatalf("first batch after the restart at offset %d, want 0", resp.BaseOffset)
 	}
 }
+
+// TestUserExamplesAreTheBrokers: the users and roles examples of PROTOCOL.md section 13, sent
+// as they are to a broker holding what the text describes, get exactly the answers shown.
+func TestUserExamplesAreTheBrokers(t *testing.T) {
+	golden := func(name string) []byte {
+		b, err := os.ReadFile("../testdata/frames/" + name + ".bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	srv := startBroker(t, nil) // its admin is "admin", as in the examples
+	a := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	a.createTopic("orders", 2, "orders-app", "pa55word")
+	for _, ex := range []struct{ request, answer string }{
+		{"create-user-request", "create-user-response"},
+		{"grant-request", "grant-response"},
+		{"list-users-request", "list-users-response"},
+		{"set-password-request", ""},
+		{"revoke-request", ""},
+		{"delete-user-request", "error-unknown-user"},
+	} {
+		req := golden(ex.request)
+		a.write(req)
+		f := a.mustRead()
+		got := wire.AppendFrame(nil, f.h.Op, f.h.Flags, f.h.Corr, f.body)
+		if ex.answer == "" {
+			h, _ := wire.PeekHeader(req)
+			if f.h.Op != h.Op || f.h.Corr != h.Corr || f.h.Flags != wire.FlagResponse {
+				t.Fatalf("%s: answered %s corr %d flags %#x", ex.request, f.h.Op, f.h.Corr, f.h.Flags)
+			}
+			continue
+		}
+		if want := golden(ex.answer); !bytes.Equal(got, want) {
+			t.Fatalf("%s: the broker answered\n% x\nPROTOCOL.md's %s is\n% x", ex.request, got, ex.answer, want)
+		}
+	}
+}

@@ -231,9 +231,12 @@ func TestDeleteTopicEndsSubscriptions(t *testing.T) {
 	admin.expectResponse(wire.OpDeleteTopic, corr)
 	sub.expectError(id, wire.CodeUnknownTopic)
 	sub.ping()
-	// The topic's user went with its last topic.
-	c := dialRaw(t, srv.Addr())
-	c.hello()
-	a := wire.Auth{User: "gone-user", Password: "pw"}
-	c.expectError(c.send(wire.OpAuth, a.AppendTo(nil)), wire.CodeAuthFailed)
+	// The topic's grants went with it; its user stays, with no roles, until DELETE_USER.
+	c := login(t, srv.Addr(), "gone-user", "pw")
+	if names := metadataNames(t, c, nil); len(names) != 0 {
+		t.Fatalf("the user of a deleted topic sees %v", names)
+	}
+	if got := listUsers(t, admin, wire.ListUsers{User: "gone-user"}); len(got) != 1 || got[0] != (wire.UserRoles{User: "gone-user"}) {
+		t.Fatalf("LIST_USERS after the delete: %+v", got)
+	}
 }

@@ -8,7 +8,7 @@
 // See also docs/DESIGN.md. Every connection lives on one gnet event loop, and all of its
 // protocol state is touched only there (conn's field comments say which fields are not).
 // Work that can block runs on bounded worker pools (package workpool, sized by Config):
-// argon2 credential checks and topic changes on the auth pool, cold FETCH reads on the I/O
+// argon2 credential checks and topic and user changes on the auth pool, cold FETCH reads on the I/O
 // pool, LIST_OFFSETS by time on the meta pool. A job's result comes back to the
 // connection's loop through conn.complete, which queues it and wakes the loop. Each durable
 // topic's committed offsets (package log/offsetlog) have a syncer goroutine, running while
@@ -23,10 +23,13 @@
 //
 // A lock may be taken while holding the locks before it in this list, never one after it:
 //
-//  1. Server.adminMu: serialises topic and user changes (createTopic, deleteTopic, on the
-//     auth pool). Under it: meta.Store's locks, auth.Verifier's, offsetlog.Store.mu,
-//     durablePart.mu and conn.mu (deleteTopic closes the logs, failing waiting acks), and
-//     the log's (opening and closing logs).
+//  1. Server.adminMu: serialises topic and user changes (createTopic, deleteTopic, and the
+//     user requests of useradmin.go, on the auth pool). Under it: meta.Store's locks,
+//     auth.Verifier's, offsetlog.Store.mu, durablePart.mu and conn.mu (deleteTopic closes the
+//     logs, failing waiting acks), and the log's (opening and closing logs). A change of a
+//     user's rights is applied to its connections (Server.recheckUser) after adminMu is
+//     released: it copies them out under connsMu, then queues completions (conn.mu) and waits
+//     for them holding no lock.
 //  2. topic.mu: the partitions' subscriber tables and queue groups. Under it: Ring.mu
 //     (Ring.End, to start a subscription at the end).
 //  3. queueGroup.mu: a queue group's position. Under it: a ring slot's read lock (claiming

@@ -37,7 +37,7 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpFetch, m.Decode(body)) {
 		return
 	}
-	t := c.lookupTopic(corr, []byte(m.Topic))
+	t := c.lookupTopic(corr, wire.OpFetch, []byte(m.Topic))
 	if t == nil {
 		return
 	}

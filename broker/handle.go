@@ -28,7 +28,9 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleAuth(h.Corr, body)
 		return
 	}
-	if !h.Op.Known() || h.Op == wire.OpError || h.Op == wire.OpDeliver {
+	// Who may do what is opNeeds (authz.go); the topic requests apply it in lookupTopic.
+	n := opNeeds[h.Op]
+	if n == needUnset || n == needNothing {
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, fmt.Sprintf("opcode 0x%02x is not a request", uint8(h.Op)))
 		return
 	}
@@ -38,6 +40,10 @@ func (c *conn) handle(h wire.Header, body []byte) {
 	}
 	if c.principal == nil {
 		c.sendError(h.Corr, wire.CodeNotAuthenticated, h.Op.String()+" needs a successful AUTH")
+		return
+	}
+	if n == needAdmin && !c.authorize(nil, needAdmin) {
+		c.refuseAdmin(h.Corr, h.Op)
 		return
 	}
 	switch h.Op {
@@ -65,6 +71,16 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleCommitOffset(h.Corr, body)
 	case wire.OpFetchCommitted:
 		c.handleFetchCommitted(h.Corr, body)
+	case wire.OpCreateUser:
+		c.handleCreateUser(h.Corr, body)
+	case wire.OpDeleteUser:
+		c.handleDeleteUser(h.Corr, body)
+	case wire.OpSetPassword:
+		c.handleSetPassword(h.Corr, body)
+	case wire.OpGrant, wire.OpRevoke:
+		c.handleGrant(h.Op, h.Corr, body)
+	case wire.OpListUsers:
+		c.handleListUsers(h.Corr, body)
 	default:
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
 	}
@@ -91,25 +107,6 @@ func (c *conn) handleHello(corr uint32, body []byte) {
 	c.respond(wire.OpHello, corr, resp.AppendTo)
 }
 
-// lookupTopic finds a topic the connection may use, answering the error otherwise. A topic
-// user gets NOT_AUTHORIZED for any topic that is not its own, whether or not it exists, so it
-// cannot probe topic names; only an admin learns that a topic does not exist.
-func (c *conn) lookupTopic(corr uint32, name []byte) *topic {
-	t := (*c.srv.topics.Load())[string(name)]
-	if t != nil && t.deleted.Load() {
-		t = nil
-	}
-	switch {
-	case t != nil && c.principal.mayUse(t):
-		return t
-	case c.principal.admin:
-		c.sendError(corr, wire.CodeUnknownTopic, fmt.Sprintf("no topic %q", name))
-	default:
-		c.sendError(corr, wire.CodeNotAuthorized, fmt.Sprintf("topic %q does not exist or user %q may not use it", name, c.principal.user))
-	}
-	return nil
-}
-
 func (c *conn) handleMetadata(corr uint32, body []byte) {
 	var m wire.MetadataRequest
 	if !c.decodeOr(corr, wire.OpMetadata, m.Decode(body)) {
@@ -119,13 +116,13 @@ func (c *conn) handleMetadata(corr uint32, body []byte) {
 	topics := *c.srv.topics.Load()
 	if len(m.Topics) == 0 {
 		for _, t := range sortedTopics(topics) {
-			if c.principal.mayUse(t) {
+			if c.may(wire.OpMetadata, t) {
 				resp.Topics = append(resp.Topics, t.metadata())
 			}
 		}
 	} else {
 		for _, name := range m.Topics {
-			t := c.lookupTopic(corr, []byte(name))
+			t := c.lookupTopic(corr, wire.OpMetadata, []byte(name))
 			if t == nil {
 				return
 			}
@@ -143,12 +140,12 @@ func (c *conn) handleStats(corr uint32, body []byte) {
 	var resp wire.StatsResponse
 	if m.Name == "" {
 		for _, t := range sortedTopics(*c.srv.topics.Load()) {
-			if c.principal.mayUse(t) {
+			if c.may(wire.OpStats, t) {
 				resp.Topics = append(resp.Topics, wire.TopicStats{Name: t.name, Counters: t.counters()})
 			}
 		}
 	} else {
-		t := c.lookupTopic(corr, []byte(m.Name))
+		t := c.lookupTopic(corr, wire.OpStats, []byte(m.Name))
 		if t == nil {
 			return
 		}

@@ -32,7 +32,7 @@ func (s *Server) ensureAdmin() error {
 		}
 		s.log.Info().Str("user", s.cfg.AdminUser).Msg("admin password changed by configuration; storing the new hash")
 	} else if ok {
-		return fmt.Errorf("admin user %q is already a topic user; choose another admin user name", s.cfg.AdminUser)
+		return fmt.Errorf("admin user %q is already a user without the admin role; choose another admin user name", s.cfg.AdminUser)
 	}
 	if password == "" {
 		gen, err := auth.GeneratePassword()
@@ -52,7 +52,9 @@ func (s *Server) ensureAdmin() error {
 		return err
 	}
 	return s.meta.Update(func(st *meta.State) error {
-		st.Users[s.cfg.AdminUser] = meta.User{Name: s.cfg.AdminUser, Hash: hash, Admin: true}
+		u := st.Users[s.cfg.AdminUser] // keeps the grants of an existing admin
+		u.Name, u.Hash, u.Admin = s.cfg.AdminUser, hash, true
+		st.Users[s.cfg.AdminUser] = u
 		return nil
 	})
 }
@@ -96,10 +98,11 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 		c.refuseLogin(corr, m.User, refusal)
 		return
 	}
-	user, known := (*s.users.Load())[m.User]
-	hash := user.Hash
-	if !known {
-		hash = s.dummyHash // an unknown user costs as much as a wrong password
+	user := s.lookupUser(m.User)
+	known := user != nil
+	hash := s.dummyHash // an unknown user costs as much as a wrong password
+	if known {
+		hash = user.hash
 	}
 	if known && s.verifier.CheckCached(m.User, hash, m.Password) {
 		if refusal := s.throttle.Evaluate(attempt, time.Now()); refusal != auth.Admitted {
@@ -108,7 +111,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 			return
 		}
 		s.throttle.Finish(attempt, auth.Succeeded, time.Now())
-		c.loggedIn(corr, m.User, user)
+		c.loggedIn(corr, user)
 		return
 	}
 	submitted := c.runBackground(corr, wire.OpAuth, func() (func(*conn), time.Duration) {
@@ -118,7 +121,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 		}
 		if s.verifier.Check(m.User, hash, m.Password) && known {
 			s.throttle.Finish(attempt, auth.Succeeded, time.Now())
-			return func(c *conn) { c.loggedIn(corr, m.User, user) }, 0
+			return func(c *conn) { c.loggedIn(corr, user) }, 0
 		}
 		delay, blocked := s.throttle.Finish(attempt, auth.Failed, time.Now())
 		return func(c *conn) {
@@ -152,24 +155,38 @@ func (c *conn) refuseLogin(corr uint32, user string, r auth.Refusal) {
 	c.sendError(corr, wire.CodeTooManyAttempts, r.Message())
 }
 
-// loggedIn makes user the connection's principal and answers AUTH. Runs on the loop.
-func (c *conn) loggedIn(corr uint32, name string, user meta.User) {
-	c.setPrincipal(&principal{user: name, admin: user.Admin})
+// loggedIn makes the user of account a the connection's principal and answers AUTH. An
+// account deleted (or given a new password) since its password was checked no longer logs
+// in: that AUTH fails like a wrong password. Runs on the loop.
+func (c *conn) loggedIn(corr uint32, a *account) {
+	c.setPrincipal(&principal{user: a.name, incarnation: a.incarnation})
+	// After setPrincipal published the name: a DELETE_USER either sees this connection
+	// (recheckUser) or has published the table this reads.
+	if cur := c.srv.lookupUser(a.name); cur == nil || cur.incarnation != a.incarnation || cur.hash != a.hash {
+		c.setPrincipal(nil)
+		c.sendError(corr, wire.CodeAuthFailed, "wrong user or password")
+		return
+	}
 	role := wire.RoleUser
-	if user.Admin {
+	if a.admin {
 		role = wire.RoleAdmin
 	}
-	c.log = c.log.With().Str("user", name).Logger()
+	c.log = c.log.With().Str("user", a.name).Logger()
 	c.log.Debug().Msg("authenticated")
 	resp := wire.AuthResponse{Role: role}
 	c.respond(wire.OpAuth, corr, resp.AppendTo)
 }
 
 // setPrincipal makes p (nil: nobody) the connection's identity. Losing the identity (a failed
-// AUTH) puts the connection back on the authentication deadline; subscriptions the new
-// identity may not use end with NOT_AUTHORIZED. Runs on the connection's loop.
+// AUTH) puts the connection back on the authentication deadline; subscriptions and waiting
+// FETCHes the new identity may not use end with NOT_AUTHORIZED. Runs on the connection's loop.
 func (c *conn) setPrincipal(p *principal) {
 	c.principal = p
+	name := ""
+	if p != nil {
+		name = p.user
+	}
+	c.authUser.Store(&name)
 	s := c.srv
 	s.connsMu.Lock()
 	if c.closed() {
@@ -183,22 +200,49 @@ func (c *conn) setPrincipal(p *principal) {
 		delete(s.preauth, c)
 	}
 	s.connsMu.Unlock()
+	c.endUnauthorized("the connection is no longer authorized for it")
+}
+
+// endUnauthorized ends, with NOT_AUTHORIZED saying why, the subscriptions and the waiting
+// FETCHes whose topics the connection may no longer consume from. Runs on the loop.
+func (c *conn) endUnauthorized(why string) {
 	kept := c.subs[:0]
 	for _, sub := range c.subs {
-		if p.mayUse(sub.topic) {
+		if c.may(wire.OpSubscribe, sub.topic) {
 			kept = append(kept, sub)
 			continue
 		}
 		sub.close()
-		c.sendError(sub.id, wire.CodeNotAuthorized, fmt.Sprintf("subscription %d to %q ended: the connection is no longer authorized for it", sub.id, sub.topic.name))
+		c.sendError(sub.id, wire.CodeNotAuthorized, fmt.Sprintf("subscription %d to %q ended: %s", sub.id, sub.topic.name, why))
 	}
 	clear(c.subs[len(kept):])
 	c.subs = kept
 	for i := 0; i < len(c.fetches); i++ {
-		if fw := c.fetches[i]; !p.mayUse(fw.t) {
-			c.sendError(fw.corr, wire.CodeNotAuthorized, fmt.Sprintf("FETCH on %q ended: the connection is no longer authorized for it", fw.t.name))
+		if fw := c.fetches[i]; !c.may(wire.OpFetch, fw.t) {
+			c.sendError(fw.corr, wire.CodeNotAuthorized, fmt.Sprintf("FETCH on %q ended: %s", fw.t.name, why))
 			c.dropFetch(i)
 			i--
 		}
 	}
+}
+
+// recheckAccess applies a change of the principal's rights to what the connection holds:
+// with its user deleted, the connection loses its principal (pre-auth again, as after a failed
+// AUTH); else the subscriptions and FETCHes of topics it may no longer consume from end. Runs
+// on the loop, as a completion queued by Server.recheckUser.
+func (c *conn) recheckAccess() {
+	if c.closed() || c.principal == nil {
+		return
+	}
+	user := c.principal.user
+	if c.account() == nil {
+		c.log.Info().Str("user", user).Msg("the connection's user was deleted: it must authenticate again")
+		// Nothing is allowed any more: end all the connection holds saying why, then go back
+		// to pre-auth.
+		c.principal = nil
+		c.endUnauthorized(fmt.Sprintf("user %q was deleted", user))
+		c.setPrincipal(nil)
+		return
+	}
+	c.endUnauthorized(fmt.Sprintf("user %q no longer holds the consume role on it", user))
 }

@@ -175,8 +175,8 @@ func commitAnswer(topic string, err error) error {
 }
 
 // durablePartition resolves topic and partition for the offset requests.
-func (c *conn) durablePartition(corr uint32, topicName string, partition uint32) (*topic, *partition) {
-	t := c.lookupTopic(corr, []byte(topicName))
+func (c *conn) durablePartition(corr uint32, op wire.Op, topicName string, partition uint32) (*topic, *partition) {
+	t := c.lookupTopic(corr, op, []byte(topicName))
 	if t == nil {
 		return nil, nil
 	}
@@ -201,7 +201,7 @@ func (c *conn) handleListOffsets(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpListOffsets, m.Decode(body)) {
 		return
 	}
-	_, p := c.durablePartition(corr, m.Topic, m.Partition)
+	_, p := c.durablePartition(corr, wire.OpListOffsets, m.Topic, m.Partition)
 	if p == nil {
 		return
 	}
@@ -247,7 +247,7 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeInvalidRequest, "COMMIT_OFFSET needs a group name")
 		return
 	}
-	t, p := c.durablePartition(corr, m.Topic, m.Partition)
+	t, p := c.durablePartition(corr, wire.OpCommitOffset, m.Topic, m.Partition)
 	if p == nil {
 		return
 	}
@@ -290,7 +290,7 @@ func (c *conn) handleFetchCommitted(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpFetchCommitted, m.Decode(body)) {
 		return
 	}
-	t, p := c.durablePartition(corr, m.Topic, m.Partition)
+	t, p := c.durablePartition(corr, wire.OpFetchCommitted, m.Topic, m.Partition)
 	if p == nil {
 		return
 	}

@@ -28,7 +28,7 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpProduce, m.Decode(body)) {
 		return
 	}
-	t := c.lookupTopic(corr, m.Topic)
+	t := c.lookupTopic(corr, wire.OpProduce, m.Topic)
 	if t == nil {
 		return
 	}
@@ -101,7 +101,7 @@ func (c *conn) produceDirect(size int) bool {
 		return false
 	}
 	t := (*c.srv.topics.Load())[string(m.Topic)]
-	if t == nil || t.deleted.Load() || !c.principal.mayUse(t) {
+	if t == nil || t.deleted.Load() || !c.may(wire.OpProduce, t) {
 		return false
 	}
 	batchLen := size - wire.HeaderSize - hl

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,11 +51,12 @@ type Server struct {
 
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
-	adminMu    sync.Mutex // serialises topic and user changes
-	ringMemory int64      // under adminMu: memory the rings of live topics preallocated (ring.Memory)
+	adminMu      sync.Mutex // serialises topic and user changes
+	ringMemory   int64      // under adminMu: memory the rings of live topics preallocated (ring.Memory)
+	incarnations uint64     // under adminMu: the last account incarnation given out (publishAccounts)
 
-	topics atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
-	users  atomic.Pointer[map[string]meta.User]
+	topics   atomic.Pointer[map[string]*topic] // copy-on-write, read without locks
+	accounts atomic.Pointer[accountTable]      // users and their rights; replaced whole, read without locks
 
 	eng      gnet.Engine
 	booted   chan gnet.Engine
@@ -106,6 +108,12 @@ func New(cfg Config) (*Server, error) {
 		transfers: map[*conn]struct{}{},
 	}
 	s.timeoutScan = timeoutScanInterval(&cfg)
+	s.accounts.Store(&accountTable{})
+	if from := store.MigratedFrom(); from != 0 {
+		s.log.Warn().Str("file", filepath.Join(cfg.DataDir, meta.FileName)).Str("backup", filepath.Join(cfg.DataDir, meta.BackupV1)).
+			Int("from", from).Int("to", meta.FormatVersion).
+			Msg("metadata migrated: each topic's user now holds the produce and consume roles on it; the old file is kept as the backup")
+	}
 	// A random password per process: nobody can make the dummy check succeed (and cached).
 	dummy, err := auth.GeneratePassword()
 	if err != nil {
@@ -141,13 +149,9 @@ func (s *Server) loadTopics(st meta.State) {
 			}
 		}
 	}
-	users := make(map[string]meta.User, len(st.Users))
-	for k, u := range st.Users {
-		users[k] = u
-	}
 	s.topics.Store(&topics)
-	s.users.Store(&users)
-	s.log.Info().Int("topics", len(topics)).Int("users", len(users)).Msg("metadata loaded")
+	s.publishAccounts(st)
+	s.log.Info().Int("topics", len(topics)).Int("users", len(st.Users)).Msg("metadata loaded")
 }
 
 // Start listens and serves in the background. It returns once the listener is ready.

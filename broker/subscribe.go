@@ -35,7 +35,7 @@ func (c *conn) handleSubscribe(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpSubscribe, m.Decode(body)) {
 		return
 	}
-	t := c.lookupTopic(corr, []byte(m.Topic))
+	t := c.lookupTopic(corr, wire.OpSubscribe, []byte(m.Topic))
 	if t == nil {
 		return
 	}

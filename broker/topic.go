@@ -14,7 +14,7 @@ import (
 type topic struct {
 	name    string
 	kind    wire.Kind
-	user    string
+	user    atomic.Pointer[string] // the user CREATE_TOPIC named, for METADATA ("" once deleted)
 	options []wire.Option
 	parts   []*partition
 	rr      atomic.Uint32 // round-robin partition chooser
@@ -60,7 +60,8 @@ type topicStats struct {
 }
 
 func newTopic(name string, kind wire.Kind, user string, options []wire.Option, partitions int, ringBytes, ringSlots int) *topic {
-	t := &topic{name: name, kind: kind, user: user, options: options}
+	t := &topic{name: name, kind: kind, options: options}
+	t.user.Store(&user)
 	for i := 0; i < partitions; i++ {
 		p := &partition{id: uint32(i), waiterCount: map[*conn]int{}, queueGroups: map[string]*queueGroup{}}
 		if kind == wire.KindTransient {
@@ -157,7 +158,7 @@ func (t *topic) counters() []wire.Counter {
 }
 
 func (t *topic) metadata() wire.TopicMetadata {
-	md := wire.TopicMetadata{Name: t.name, Kind: t.kind, User: t.user, Options: t.options}
+	md := wire.TopicMetadata{Name: t.name, Kind: t.kind, User: *t.user.Load(), Options: t.options}
 	for _, p := range t.parts {
 		pm := wire.PartitionMetadata{ID: p.id}
 		switch {

@@ -13,15 +13,12 @@ import (
 )
 
 // This file holds the topic registry's changes: CREATE_TOPIC and DELETE_TOPIC, run on the
-// auth pool under Server.adminMu, and building a live topic from its metadata.
+// auth pool under Server.adminMu, and building a live topic from its metadata. Both need the
+// admin role, which handle checks (authz.go).
 
 func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 	var m wire.CreateTopic
 	if !c.decodeOr(corr, wire.OpCreateTopic, m.Decode(body)) {
-		return
-	}
-	if !c.principal.admin {
-		c.sendError(corr, wire.CodeNotAuthorized, "CREATE_TOPIC needs admin credentials")
 		return
 	}
 	s, log := c.srv, c.log
@@ -38,23 +35,26 @@ func (c *conn) handleCreateTopic(corr uint32, body []byte) {
 	})
 }
 
-// createTopic validates, hashes, persists and publishes a new topic. Runs on a worker. The
-// names are checked here, against the rules of wire (which meta.Update enforces again), so a
-// bad one is INVALID_REQUEST before anything is hashed or written.
+// createTopic validates, hashes, persists and publishes a new topic, and gives the user it
+// names (created when new) both roles on it. Runs on a worker. The names are checked here,
+// against the rules of wire (which meta.Update enforces again), so a bad one is
+// INVALID_REQUEST before anything is hashed or written.
 func (s *Server) createTopic(m *wire.CreateTopic) error {
 	if err := wire.ValidTopicName(m.Name); err != nil {
 		return answer(wire.CodeInvalidRequest, "%v", err)
 	}
-	if err := wire.ValidUserName(m.User); err != nil {
-		return answer(wire.CodeInvalidRequest, "%v", err)
+	if m.User != "" {
+		if err := wire.ValidUserName(m.User); err != nil {
+			return answer(wire.CodeInvalidRequest, "%v", err)
+		}
 	}
 	switch {
 	case m.Kind != wire.KindTransient && m.Kind != wire.KindDurable:
 		return answer(wire.CodeInvalidRequest, "unknown topic kind %d", m.Kind)
 	case m.Partitions < 1 || m.Partitions > wire.MaxPartitions:
 		return answer(wire.CodeInvalidRequest, "partitions must be 1-%d, got %d", wire.MaxPartitions, m.Partitions)
-	case m.Password == "":
-		return answer(wire.CodeInvalidRequest, "a topic needs a user and a password")
+	case (m.User == "") != (m.Password == ""):
+		return answer(wire.CodeInvalidRequest, "give the topic's user and its password, or neither (then GRANT gives roles on the topic)")
 	case m.User == s.cfg.AdminUser:
 		return answer(wire.CodeInvalidRequest, "the admin user cannot be a topic user")
 	}
@@ -75,24 +75,36 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 		return answer(wire.CodeResourceLimit, "topic needs %d bytes of ring memory (%d partitions x (%d-byte ring + %d slots x %d bytes)); %d of the broker's %d are in use",
 			need, mt.Partitions, shape.ringBytes, ring.Slots(shape.ringSlots), ring.SlotBytes, s.ringMemory, s.cfg.MaxRingMemory)
 	}
-	user, userExists := (*s.users.Load())[m.User]
-	if userExists {
-		if !s.verifier.Check(m.User, user.Hash, m.Password) {
+	var newUser *meta.User // the topic's user, when CREATE_TOPIC creates it
+	if acct := s.lookupUser(m.User); acct != nil {
+		if !s.verifier.Check(m.User, acct.hash, m.Password) {
 			return answer(wire.CodeAuthFailed, "user %q exists with another password", m.User)
 		}
-	} else {
+	} else if m.User != "" {
 		hash, err := auth.Hash(m.Password, s.cfg.HashParams)
 		if err != nil {
 			return err
 		}
-		user = meta.User{Name: m.User, Hash: hash}
+		newUser = &meta.User{Name: m.User, Hash: hash}
 	}
 	if err := s.meta.Update(func(st *meta.State) error {
 		if len(st.Topics) >= maxTopics {
 			return answer(wire.CodeResourceLimit, "broker holds %d topics, the limit", maxTopics)
 		}
-		st.Users[m.User] = user
+		if newUser != nil {
+			if err := s.checkUserLimits(st, 1, 1); err != nil {
+				return err
+			}
+			st.Users[m.User] = *newUser
+		} else if m.User != "" {
+			if err := s.checkUserLimits(st, 0, 1); err != nil {
+				return err
+			}
+		}
 		st.Topics[m.Name] = mt
+		if m.User != "" {
+			st.Grant(m.User, m.Name, wire.RolesBoth)
+		}
 		return nil
 	}); err != nil {
 		return err
@@ -102,10 +114,8 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	}
 	t := s.newTopic(mt, shape)
 	s.ringMemory += shape.memory(mt)
-	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
-		topics[m.Name] = t
-		users[m.User] = user
-	})
+	s.publishTopics(func(topics map[string]*topic) { topics[m.Name] = t })
+	s.publishAccounts(s.meta.State())
 	return nil
 }
 
@@ -127,19 +137,14 @@ func uniqueOptions(opts []wire.Option) error {
 // maxTopics bounds the number of topics (each transient partition preallocates its ring).
 const maxTopics = 10000
 
-// publish swaps in new copies of the topic and user tables. Caller holds adminMu.
-func (s *Server) publish(change func(map[string]*topic, map[string]meta.User)) {
+// publishTopics swaps in a changed copy of the topic table. Caller holds adminMu.
+func (s *Server) publishTopics(change func(map[string]*topic)) {
 	topics := make(map[string]*topic, len(*s.topics.Load())+1)
 	for k, v := range *s.topics.Load() {
 		topics[k] = v
 	}
-	users := make(map[string]meta.User, len(*s.users.Load())+1)
-	for k, v := range *s.users.Load() {
-		users[k] = v
-	}
-	change(topics, users)
+	change(topics)
 	s.topics.Store(&topics)
-	s.users.Store(&users)
 }
 
 // topicShape is what a topic's options make of it, checked before anything is allocated.
@@ -219,10 +224,6 @@ func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpDeleteTopic, m.Decode(body)) {
 		return
 	}
-	if !c.principal.admin {
-		c.sendError(corr, wire.CodeNotAuthorized, "DELETE_TOPIC needs admin credentials")
-		return
-	}
 	s, log := c.srv, c.log
 	c.runBackground(corr, wire.OpDeleteTopic, func() (func(*conn), time.Duration) {
 		err := s.deleteTopic(m.Name) // made even if the connection closes meanwhile
@@ -235,7 +236,7 @@ func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
 	})
 }
 
-// deleteTopic removes a topic, and its user when no other topic has it. Runs on a worker.
+// deleteTopic removes a topic and every grant on it; its users stay. Runs on a worker.
 func (s *Server) deleteTopic(name string) error {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
@@ -243,32 +244,16 @@ func (s *Server) deleteTopic(name string) error {
 	if t == nil {
 		return answer(wire.CodeUnknownTopic, "no topic %q", name)
 	}
-	dropUser := true
-	for _, other := range *s.topics.Load() {
-		if other != t && other.user == t.user {
-			dropUser = false
-		}
-	}
 	if err := s.meta.Update(func(st *meta.State) error {
-		delete(st.Topics, name)
-		if dropUser {
-			delete(st.Users, t.user)
-		}
+		st.RemoveTopic(name)
 		return nil
 	}); err != nil {
 		return err
 	}
 	t.deleted.Store(true)
 	s.ringMemory -= t.ringMemory()
-	s.publish(func(topics map[string]*topic, users map[string]meta.User) {
-		delete(topics, name)
-		if dropUser {
-			delete(users, t.user)
-		}
-	})
-	if dropUser {
-		s.verifier.Forget(t.user)
-	}
+	s.publishTopics(func(topics map[string]*topic) { delete(topics, name) })
+	s.publishAccounts(s.meta.State())
 	for _, p := range t.parts {
 		p.wakeAll() // subscribers and waiting fetches learn the topic is gone
 	}

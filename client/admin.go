@@ -12,8 +12,9 @@ type TopicConfig struct {
 	Name       string
 	Kind       wire.Kind // zero means wire.KindTransient
 	Partitions int       // zero means 1
-	// User owns the topic. The broker creates the user when it is new; otherwise Password
-	// must match the user's password.
+	// User gets both roles (produce and consume) on the topic. The broker creates the user
+	// when it is new; otherwise Password must match the user's password. Both empty: the
+	// topic starts without users (Grant gives roles on it).
 	User, Password string
 	Options        []wire.Option // e.g. {Key: "retention.bytes", Value: "1073741824"}
 }

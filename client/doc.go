@@ -53,7 +53,7 @@
 //
 // Files: conn.go (Dial, handshake, the reader goroutine, frame dispatch, failure fan-out),
 // request.go (request/response slots), admin.go (topic administration and the thin durable
-// requests), producer.go (options, Send, Flush, Close), producer_batch.go (sealing and
+// requests), users.go (users and their roles), producer.go (options, Send, Flush, Close), producer_batch.go (sealing and
 // writing batches, the linger flusher, the acknowledgement queue),
 // subscription.go (DELIVER queue, decoding, credit), corrupt.go (CorruptBatchError and the
 // offset range of a batch that does not decode). The durable consumer: consumer.go

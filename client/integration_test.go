@@ -250,9 +250,15 @@ func TestIntegrationAdmin(t *testing.T) {
 	if md, err := admin.Metadata(ctx); err != nil || len(md) != 0 {
 		t.Errorf("Metadata() after delete = %+v, %v", md, err)
 	}
-	// Deleting the user's only topic removed the user.
+	// The topic's grants went with it; its user stays until DeleteUser.
+	if roles, err := admin.ListUsers(ctx, itUser, ""); err != nil || len(roles) != 1 || roles[0] != (wire.UserRoles{User: itUser}) {
+		t.Errorf("ListUsers(%q) after the delete = %+v, %v", itUser, roles, err)
+	}
+	if err := admin.DeleteUser(ctx, itUser); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := client.Dial(ctx, srv.Addr(), client.Options{User: itUser, Password: itPass}); !errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) {
-		t.Errorf("Dial as the deleted topic's user: %v, want AUTH_FAILED", err)
+		t.Errorf("Dial as the deleted user: %v, want AUTH_FAILED", err)
 	}
 }
 

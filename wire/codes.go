@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Sentinel errors of the decoders. Errors returned by this package wrap one of them with %w and
@@ -51,6 +52,8 @@ const (
 	CodeTooMuchInput        Code = 26 // input piled up while a request held the connection; fatal
 	CodeTimeout             Code = 27 // a frame not completed in time, or an idle connection; fatal
 	CodeTooManyConnections  Code = 28 // the broker's or the client address's connection cap; fatal
+	CodeUserExists          Code = 29 // CREATE_USER of an existing name
+	CodeUnknownUser         Code = 30 // no such user (DELETE_USER, SET_PASSWORD, GRANT, REVOKE)
 )
 
 type codeInfo struct {
@@ -87,6 +90,8 @@ var codeTable = map[Code]codeInfo{
 	CodeTooMuchInput:        {"TOO_MUCH_INPUT", true},
 	CodeTimeout:             {"TIMEOUT", true},
 	CodeTooManyConnections:  {"TOO_MANY_CONNECTIONS", true},
+	CodeUserExists:          {"USER_EXISTS", false},
+	CodeUnknownUser:         {"UNKNOWN_USER", false},
 }
 
 func (c Code) String() string {
@@ -99,14 +104,14 @@ func (c Code) String() string {
 // Fatal reports whether the broker closes the connection after an ERROR with this code.
 func (c Code) Fatal() bool { return codeTable[c].fatal }
 
-// Codes lists every defined code in numeric order (for documentation tests).
+// Codes lists every defined code in numeric order (for documentation tests). Codes are
+// allocated in ranges, so the list may have gaps.
 func Codes() []Code {
 	out := make([]Code, 0, len(codeTable))
-	for c := Code(1); int(c) <= len(codeTable)+1; c++ {
-		if _, ok := codeTable[c]; ok {
-			out = append(out, c)
-		}
+	for c := range codeTable {
+		out = append(out, c)
 	}
+	slices.Sort(out)
 	return out
 }
 

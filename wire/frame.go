@@ -37,6 +37,12 @@ const (
 	OpDeleteTopic    Op = 0x11
 	OpMetadata       Op = 0x12
 	OpStats          Op = 0x13
+	OpCreateUser     Op = 0x14
+	OpDeleteUser     Op = 0x15
+	OpSetPassword    Op = 0x16
+	OpGrant          Op = 0x17
+	OpRevoke         Op = 0x18
+	OpListUsers      Op = 0x19
 	OpProduce        Op = 0x20
 	OpSubscribe      Op = 0x30
 	OpUnsubscribe    Op = 0x31
@@ -54,7 +60,9 @@ var opNames = map[Op]string{
 	OpStats: "STATS", OpProduce: "PRODUCE", OpSubscribe: "SUBSCRIBE",
 	OpUnsubscribe: "UNSUBSCRIBE", OpCredit: "CREDIT", OpDeliver: "DELIVER", OpFetch: "FETCH",
 	OpListOffsets: "LIST_OFFSETS", OpCommitOffset: "COMMIT_OFFSET",
-	OpFetchCommitted: "FETCH_COMMITTED",
+	OpFetchCommitted: "FETCH_COMMITTED", OpCreateUser: "CREATE_USER",
+	OpDeleteUser: "DELETE_USER", OpSetPassword: "SET_PASSWORD", OpGrant: "GRANT",
+	OpRevoke: "REVOKE", OpListUsers: "LIST_USERS",
 }
 
 func (o Op) String() string {

@@ -272,19 +272,20 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 17 {
-		t.Errorf("%d known ops, want 17", known)
+	if known != 23 {
+		t.Errorf("%d known ops, want 23", known)
 	}
 }
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 28 {
-		t.Fatalf("%d codes, want 28", len(codes))
+	if len(codes) != 30 {
+		t.Fatalf("%d codes, want 30", len(codes))
 	}
 	for i, c := range codes {
-		if c != wire.Code(i+1) {
-			t.Fatalf("Codes()[%d] = %d: codes must be 1..28 without gaps", i, c)
+		// Codes are allocated in ranges, so there may be gaps; the list is in order.
+		if c == 0 || i > 0 && c <= codes[i-1] || strings.HasPrefix(c.String(), "CODE_") {
+			t.Fatalf("Codes()[%d] = %d (%v) after %v: want named codes from 1, in increasing order", i, c, c, codes[max(i-1, 0)])
 		}
 	}
 	fatal := map[wire.Code]bool{

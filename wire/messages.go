@@ -43,7 +43,7 @@ type Role uint8
 
 const (
 	RoleAdmin Role = 1 // may do everything
-	RoleUser  Role = 2 // may produce to, consume from and describe the topics it owns
+	RoleUser  Role = 2 // may use the topics it holds roles on (GRANT), as those roles allow
 )
 
 // Acks is a producer's acknowledgement level.

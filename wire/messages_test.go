@@ -69,6 +69,18 @@ func bodyCases() []struct {
 		{"OffsetResponse", &wire.OffsetResponse{Offset: -1}, func() wireBody { return new(wire.OffsetResponse) }, 0},
 		{"CommitOffset", &wire.CommitOffset{Group: "g", Topic: "audit", Partition: 1, Offset: 42}, func() wireBody { return new(wire.CommitOffset) }, 0},
 		{"FetchCommitted", &wire.FetchCommitted{Group: "g", Topic: "audit", Partition: 1}, func() wireBody { return new(wire.FetchCommitted) }, 0},
+		{"UserPassword", &wire.UserPassword{User: long, Password: strings.Repeat("p", wire.MaxPassword)}, func() wireBody { return new(wire.UserPassword) }, 0},
+		{"UserPassword empty", &wire.UserPassword{}, func() wireBody { return new(wire.UserPassword) }, 0},
+		{"UserName", &wire.UserName{User: "billing"}, func() wireBody { return new(wire.UserName) }, 0},
+		{"Grant", &wire.Grant{User: "billing", Topic: strings.Repeat("t", wire.MaxTopicName), Roles: wire.RolesBoth}, func() wireBody { return new(wire.Grant) }, 0},
+		{"Grant admin", &wire.Grant{User: "ops", Roles: wire.RolesAdmin}, func() wireBody { return new(wire.Grant) }, 0},
+		{"Grant no roles", &wire.Grant{User: "ops", Topic: "t"}, func() wireBody { return new(wire.Grant) }, 0},
+		{"ListUsers", &wire.ListUsers{User: "u", Topic: "t", AfterUser: long, AfterTopic: "x"}, func() wireBody { return new(wire.ListUsers) }, 0},
+		{"ListUsers all", &wire.ListUsers{}, func() wireBody { return new(wire.ListUsers) }, 0},
+		{"ListUsersResponse", &wire.ListUsersResponse{More: true, Entries: []wire.UserRoles{
+			{User: "admin", Roles: wire.RolesAdmin}, {User: "b", Topic: "t", Roles: wire.RolesProduce}, {User: long, Topic: "u", Roles: wire.RolesAll},
+		}}, func() wireBody { return new(wire.ListUsersResponse) }, 0},
+		{"ListUsersResponse empty", &wire.ListUsersResponse{}, func() wireBody { return new(wire.ListUsersResponse) }, 0},
 	}
 }
 
@@ -181,6 +193,7 @@ func TestBodyDecodeBoundedAllocation(t *testing.T) {
 		{"MetadataRequest", func() wireBody { return new(wire.MetadataRequest) }, body(u32(10000), str("a"))},
 		{"MetadataResponse", func() wireBody { return new(wire.MetadataResponse) }, body(u32(0xffffffff), str("a"))},
 		{"StatsResponse", func() wireBody { return new(wire.StatsResponse) }, body(u32(0xffffffff), str("a"))},
+		{"ListUsersResponse", func() wireBody { return new(wire.ListUsersResponse) }, body(u8(0), u32(0xffffffff), str("a"))},
 	} {
 		m := tc.newBody()
 		if a := testing.AllocsPerRun(20, func() { _ = m.Decode(tc.in) }); a > 5 {

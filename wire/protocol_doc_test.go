@@ -208,6 +208,18 @@ var bodyTypes = []struct {
 	{wire.OpMetadata, true, func() wireBody { return new(wire.MetadataResponse) }},
 	{wire.OpStats, false, func() wireBody { return new(wire.TopicName) }},
 	{wire.OpStats, true, func() wireBody { return new(wire.StatsResponse) }},
+	{wire.OpCreateUser, false, func() wireBody { return new(wire.UserPassword) }},
+	{wire.OpCreateUser, true, nil},
+	{wire.OpDeleteUser, false, func() wireBody { return new(wire.UserName) }},
+	{wire.OpDeleteUser, true, nil},
+	{wire.OpSetPassword, false, func() wireBody { return new(wire.UserPassword) }},
+	{wire.OpSetPassword, true, nil},
+	{wire.OpGrant, false, func() wireBody { return new(wire.Grant) }},
+	{wire.OpGrant, true, nil},
+	{wire.OpRevoke, false, func() wireBody { return new(wire.Grant) }},
+	{wire.OpRevoke, true, nil},
+	{wire.OpListUsers, false, func() wireBody { return new(wire.ListUsers) }},
+	{wire.OpListUsers, true, func() wireBody { return new(wire.ListUsersResponse) }},
 	{wire.OpProduce, false, func() wireBody { return new(wire.Produce) }},
 	{wire.OpProduce, true, func() wireBody { return new(wire.ProduceResponse) }},
 	{wire.OpSubscribe, false, func() wireBody { return new(wire.Subscribe) }},
@@ -429,6 +441,72 @@ func protocolExamples() []protocolExample {
 		wireFrame(wire.OpStats, resp, 10, &wire.StatsResponse{Topics: []wire.TopicStats{{
 			Name: "orders", Counters: []wire.Counter{{Name: "messages_in", Value: 83}, {Name: "subscribers", Value: 1}},
 		}}}))
+
+	add("create-user-request",
+		frame(wire.OpCreateUser, 0, 12, body(func(a *annotated) {
+			a.str("billing", "user")
+			a.str("s3cret-b", "password")
+		})),
+		wireFrame(wire.OpCreateUser, 0, 12, &wire.UserPassword{User: "billing", Password: "s3cret-b"}))
+	add("create-user-response", frame(wire.OpCreateUser, resp, 12, &annotated{}), wireFrame(wire.OpCreateUser, resp, 12, nil))
+	add("grant-request",
+		frame(wire.OpGrant, 0, 13, body(func(a *annotated) {
+			a.str("billing", "user")
+			a.str("orders", "topic name")
+			a.u8(2, "roles 0x02 (consume)")
+		})),
+		wireFrame(wire.OpGrant, 0, 13, &wire.Grant{User: "billing", Topic: "orders", Roles: wire.RolesConsume}))
+	add("grant-response", frame(wire.OpGrant, resp, 13, &annotated{}), wireFrame(wire.OpGrant, resp, 13, nil))
+	add("list-users-request",
+		frame(wire.OpListUsers, 0, 14, body(func(a *annotated) {
+			a.str("", "user filter (empty: any)")
+			a.str("orders", "topic filter")
+			a.str("", "after user (empty: from the start)")
+			a.str("", "after topic")
+		})),
+		wireFrame(wire.OpListUsers, 0, 14, &wire.ListUsers{Topic: "orders"}))
+	add("list-users-response",
+		frame(wire.OpListUsers, resp, 14, body(func(a *annotated) {
+			a.u8(0, "more 0 (this is all)")
+			a.u32(3, "entry count 3")
+			a.str("admin", "  user")
+			a.str("", "  topic (empty: the broker)")
+			a.u8(4, "  roles 0x04 (admin)")
+			a.str("billing", "  user")
+			a.str("orders", "  topic")
+			a.u8(2, "  roles 0x02 (consume)")
+			a.str("orders-app", "  user")
+			a.str("orders", "  topic")
+			a.u8(3, "  roles 0x03 (produce, consume)")
+		})),
+		wireFrame(wire.OpListUsers, resp, 14, &wire.ListUsersResponse{Entries: []wire.UserRoles{
+			{User: "admin", Roles: wire.RolesAdmin},
+			{User: "billing", Topic: "orders", Roles: wire.RolesConsume},
+			{User: "orders-app", Topic: "orders", Roles: wire.RolesBoth},
+		}}))
+
+	add("set-password-request",
+		frame(wire.OpSetPassword, 0, 15, body(func(a *annotated) {
+			a.str("billing", "user")
+			a.str("n3w-s3cret", "new password")
+		})),
+		wireFrame(wire.OpSetPassword, 0, 15, &wire.UserPassword{User: "billing", Password: "n3w-s3cret"}))
+	add("revoke-request",
+		frame(wire.OpRevoke, 0, 16, body(func(a *annotated) {
+			a.str("billing", "user")
+			a.str("orders", "topic name")
+			a.u8(2, "roles 0x02 (consume)")
+		})),
+		wireFrame(wire.OpRevoke, 0, 16, &wire.Grant{User: "billing", Topic: "orders", Roles: wire.RolesConsume}))
+	add("delete-user-request",
+		frame(wire.OpDeleteUser, 0, 17, body(func(a *annotated) { a.str("biling", "user") })),
+		wireFrame(wire.OpDeleteUser, 0, 17, &wire.UserName{User: "biling"}))
+	add("error-unknown-user",
+		frame(wire.OpError, 0, 17, body(func(a *annotated) {
+			a.u16(30, "code 30 UNKNOWN_USER")
+			a.str(`no user "biling"`, "message")
+		})),
+		wireFrame(wire.OpError, 0, 17, &wire.ErrorBody{Code: wire.CodeUnknownUser, Message: `no user "biling"`}))
 
 	fetchRecs := []exampleRecord{{ts: exampleTS, key: "user-7", value: "login"}}
 	add("fetch-request",

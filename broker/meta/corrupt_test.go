@@ -52,13 +52,16 @@ func TestOpenCorrupt(t *testing.T) {
 			d[i] ^= 0x01
 			return d
 		}, ErrCorrupt},
-		{"version 2", func(t *testing.T, d []byte) []byte {
-			return bytes.Replace(d, []byte(`"format_version": 1`), []byte(`"format_version": 2`), 1)
+		{"version 3", func(t *testing.T, d []byte) []byte {
+			return bytes.Replace(d, []byte(`"format_version": 2`), []byte(`"format_version": 3`), 1)
+		}, ErrCorrupt},
+		{"version 2 content labelled 1", func(t *testing.T, d []byte) []byte {
+			return bytes.Replace(d, []byte(`"format_version": 2`), []byte(`"format_version": 1`), 1)
 		}, ErrCorrupt},
 		{"no version", func(t *testing.T, d []byte) []byte {
-			return bytes.Replace(d, []byte(`"format_version": 1,`), nil, 1)
+			return bytes.Replace(d, []byte(`"format_version": 2,`), nil, 1)
 		}, ErrCorrupt},
-		{"no state", func(t *testing.T, d []byte) []byte { return []byte(`{"format_version":1,"checksum":""}`) }, ErrCorrupt},
+		{"no state", func(t *testing.T, d []byte) []byte { return []byte(`{"format_version":2,"checksum":""}`) }, ErrCorrupt},
 		{"trailing garbage", func(t *testing.T, d []byte) []byte { return append(d, "}x"...) }, ErrCorrupt},
 		{"not json", func(t *testing.T, d []byte) []byte { return []byte("users: [alice]\n") }, ErrCorrupt},
 		{"unknown kind, checksum fixed", func(t *testing.T, d []byte) []byte {
@@ -74,8 +77,26 @@ func TestOpenCorrupt(t *testing.T) {
 				return s[:i] + s[i:j] + "," + s[i:]
 			})
 		}, ErrCorrupt},
-		{"missing owner, checksum fixed", func(t *testing.T, d []byte) []byte {
+		{"missing topic user, checksum fixed", func(t *testing.T, d []byte) []byte {
 			return resum(t, d, func(s string) string { return strings.Replace(s, `"user":"bob"`, `"user":"carol"`, 1) })
+		}, ErrInvalid},
+		{"unknown role, checksum fixed", func(t *testing.T, d []byte) []byte {
+			return resum(t, d, func(s string) string { return strings.Replace(s, `"consume"`, `"delete"`, 1) })
+		}, ErrCorrupt},
+		{"role twice, checksum fixed", func(t *testing.T, d []byte) []byte {
+			return resum(t, d, func(s string) string { return strings.Replace(s, `["consume"]`, `["consume","consume"]`, 1) })
+		}, ErrCorrupt},
+		{"grant listed twice, checksum fixed", func(t *testing.T, d []byte) []byte {
+			return resum(t, d, func(s string) string {
+				g := `{"topic":"ticks","roles":["consume"]}`
+				return strings.Replace(s, g, g+","+g, 1)
+			})
+		}, ErrCorrupt},
+		{"grant without roles, checksum fixed", func(t *testing.T, d []byte) []byte {
+			return resum(t, d, func(s string) string { return strings.Replace(s, `["consume"]`, `[]`, 1) })
+		}, ErrInvalid},
+		{"grant on a missing topic, checksum fixed", func(t *testing.T, d []byte) []byte {
+			return resum(t, d, func(s string) string { return strings.Replace(s, `{"topic":"ticks"`, `{"topic":"gone"`, 1) })
 		}, ErrInvalid},
 		{"plaintext hash, checksum fixed", func(t *testing.T, d []byte) []byte {
 			return resum(t, d, func(s string) string {
@@ -121,7 +142,7 @@ func TestOpenEveryBitFlip(t *testing.T) {
 		for _, bit := range []byte{0x01, 0x10, 0x80} {
 			bad := bytes.Clone(data)
 			bad[i] ^= bit
-			st, err := unmarshal(bad)
+			st, _, err := unmarshal(bad)
 			if err == nil {
 				err = st.Validate()
 			}

@@ -18,16 +18,23 @@ var errInjected = errors.New("injected fault")
 type faultFS struct {
 	osFS
 	mu    sync.Mutex
+	skip  map[string]int // operation -> calls that succeed before fail applies
 	fail  map[string]int // operation -> failures left; -1 = forever
 	calls map[string]int
 }
 
-func newFaultFS() *faultFS { return &faultFS{fail: map[string]int{}, calls: map[string]int{}} }
+func newFaultFS() *faultFS {
+	return &faultFS{skip: map[string]int{}, fail: map[string]int{}, calls: map[string]int{}}
+}
 
 func (f *faultFS) check(op string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[op]++
+	if f.skip[op] > 0 {
+		f.skip[op]--
+		return nil
+	}
 	switch n := f.fail[op]; {
 	case n < 0:
 		return errInjected

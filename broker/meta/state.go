@@ -15,11 +15,13 @@ import (
 var ErrInvalid = errors.New("meta: invalid state")
 
 // User is a broker user. Hash is an auth PHC string (see auth.Hash); the plaintext password
-// is never stored.
+// is never stored. Admin is the broker-wide admin role; Grants are the user's roles on
+// topics, by topic name (wire.RolesProduce, wire.RolesConsume or both; never none).
 type User struct {
-	Name  string
-	Hash  string
-	Admin bool
+	Name   string
+	Hash   string
+	Admin  bool
+	Grants map[string]wire.Roles
 }
 
 // Topic is a topic's metadata.
@@ -27,9 +29,11 @@ type Topic struct {
 	Name       string
 	Kind       wire.Kind
 	Partitions int
-	User       string // the user that owns the topic; must exist
-	Options    []wire.Option
-	CreatedAt  time.Time
+	// User is the user CREATE_TOPIC named, reported by METADATA; empty when none was or once
+	// that user is deleted. Who may use the topic is in the users' Grants, not here.
+	User      string
+	Options   []wire.Option
+	CreatedAt time.Time
 }
 
 // State is the whole metadata: users and topics, each keyed by name.
@@ -41,7 +45,10 @@ type State struct {
 // Clone returns a deep copy of s (with non-nil maps).
 func (s State) Clone() State {
 	c := State{Users: make(map[string]User, len(s.Users)), Topics: make(map[string]Topic, len(s.Topics))}
-	maps.Copy(c.Users, s.Users)
+	for name, u := range s.Users {
+		u.Grants = maps.Clone(u.Grants)
+		c.Users[name] = u
+	}
 	for name, t := range s.Topics {
 		t.Options = slices.Clone(t.Options)
 		c.Topics[name] = t
@@ -50,13 +57,20 @@ func (s State) Clone() State {
 }
 
 // normalize makes nil maps empty, stores times in UTC without a monotonic reading and empty
-// option lists as nil, so that a state equals itself after a round trip through the file.
+// option lists and grant maps as nil, so that a state equals itself after a round trip
+// through the file.
 func (s *State) normalize() {
 	if s.Users == nil {
 		s.Users = map[string]User{}
 	}
 	if s.Topics == nil {
 		s.Topics = map[string]Topic{}
+	}
+	for name, u := range s.Users {
+		if len(u.Grants) == 0 && u.Grants != nil {
+			u.Grants = nil
+			s.Users[name] = u
+		}
 	}
 	for name, t := range s.Topics {
 		t.CreatedAt = t.CreatedAt.UTC()
@@ -68,14 +82,14 @@ func (s *State) normalize() {
 }
 
 // Validate reports the first broken rule (in name order), wrapping ErrInvalid: user names pass
-// wire.ValidUserName; hashes are well-formed auth PHC strings; topic names pass
-// wire.ValidTopicName; kinds are transient or durable; partitions are 1..wire.MaxPartitions;
-// each topic's user exists; options respect the wire limits and have unique keys; map keys
-// equal the names.
+// wire.ValidUserName; hashes are well-formed auth PHC strings; grants name existing topics and
+// carry produce, consume or both; topic names pass wire.ValidTopicName; kinds are transient or
+// durable; partitions are 1..wire.MaxPartitions; a topic's user is empty or exists; options
+// respect the wire limits and have unique keys; map keys equal the names.
 func (s State) Validate() error {
 	for _, name := range slices.Sorted(maps.Keys(s.Users)) {
 		u := s.Users[name]
-		if err := validateUser(name, u); err != nil {
+		if err := s.validateUser(name, u); err != nil {
 			return fmt.Errorf("%w: user %q: %v", ErrInvalid, name, err)
 		}
 	}
@@ -88,7 +102,7 @@ func (s State) Validate() error {
 	return nil
 }
 
-func validateUser(key string, u User) error {
+func (s State) validateUser(key string, u User) error {
 	if u.Name != key {
 		return fmt.Errorf("stored under key %q but named %q", key, u.Name)
 	}
@@ -97,6 +111,15 @@ func validateUser(key string, u User) error {
 	}
 	if err := auth.CheckEncoding(u.Hash); err != nil {
 		return fmt.Errorf("password hash: %v", err) // the hash is not quoted: it might be a plaintext password
+	}
+	for _, topic := range slices.Sorted(maps.Keys(u.Grants)) {
+		r := u.Grants[topic]
+		if _, ok := s.Topics[topic]; !ok {
+			return fmt.Errorf("grant on topic %q, which does not exist", topic)
+		}
+		if r == 0 || r&^wire.RolesTopic != 0 {
+			return fmt.Errorf("grant on topic %q: roles %v (want produce, consume or both)", topic, r)
+		}
 	}
 	return nil
 }
@@ -114,7 +137,7 @@ func (s State) validateTopic(key string, t Topic) error {
 	if t.Partitions < 1 || t.Partitions > wire.MaxPartitions {
 		return fmt.Errorf("partitions %d outside [1, %d]", t.Partitions, wire.MaxPartitions)
 	}
-	if _, ok := s.Users[t.User]; !ok {
+	if _, ok := s.Users[t.User]; t.User != "" && !ok {
 		return fmt.Errorf("user %q does not exist", t.User)
 	}
 	if len(t.Options) > wire.MaxOptions {

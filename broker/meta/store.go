@@ -17,6 +17,10 @@ const FileName = "meta.json"
 // tempPrefix starts the names of temporary files; Open removes any it finds.
 const tempPrefix = FileName + ".tmp-"
 
+// BackupV1 is where Open keeps a format 1 meta.json it migrated, in the store's directory, so
+// that the broker that wrote it can still be started on a copy of the old file.
+const BackupV1 = FileName + ".v1"
+
 // ErrBroken is wrapped by Update's errors once a failed write could not be rolled back, so
 // the file on disk may differ from the state in memory. Restart the broker (Open re-reads
 // the file).
@@ -35,12 +39,15 @@ type Store struct {
 
 	mu    sync.RWMutex // guards state
 	state State
+
+	migratedFrom int // the format version Open migrated from; 0 if none. Set by Open only.
 }
 
 // Open opens the store in dir, creating dir (mode 0700) if it is missing, and loads
 // dir/meta.json. A missing file is an empty state. A file that cannot be read, decoded or
 // validated is an error that names it, wrapping ErrCorrupt or ErrInvalid. Temporary files
-// left by a crash are removed.
+// left by a crash are removed. A file of format version 1 is migrated: copied to BackupV1,
+// then rewritten in the current format (both atomically and durably; see MigratedFrom).
 func Open(dir string) (*Store, error) {
 	return openFS(dir, osFS{})
 }
@@ -71,7 +78,7 @@ func openFS(dir string, fsys fsys) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("meta: reading %s: %w", s.path, err)
 	}
-	st, err := unmarshal(data)
+	st, version, err := unmarshal(data)
 	if err == nil {
 		err = st.Validate()
 	}
@@ -79,8 +86,35 @@ func openFS(dir string, fsys fsys) (*Store, error) {
 		return nil, fmt.Errorf("meta: %s: %w", s.path, err)
 	}
 	s.state, s.onDisk = st, data
+	if version != FormatVersion {
+		if err := s.migrate(data); err != nil {
+			return nil, fmt.Errorf("meta: migrating %s from format %d to %d: %w", s.path, version, FormatVersion, err)
+		}
+		s.migratedFrom = version
+	}
 	return s, nil
 }
+
+// migrate keeps the old file's bytes as BackupV1 and rewrites meta.json in the current format.
+// A crash in between leaves the old meta.json, which the next Open migrates again.
+func (s *Store) migrate(old []byte) error {
+	next, err := marshal(s.state)
+	if err != nil {
+		return err
+	}
+	if err := s.replaceFile(filepath.Join(s.dir, BackupV1), old); err != nil {
+		return err
+	}
+	if err := s.persist(next); err != nil {
+		return err
+	}
+	s.onDisk = next
+	return nil
+}
+
+// MigratedFrom is the format version of the meta.json that Open migrated to the current one
+// (keeping the old file as BackupV1), or 0 when it needed no migration. Safe for concurrent use.
+func (s *Store) MigratedFrom() int { return s.migratedFrom }
 
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
@@ -169,7 +203,12 @@ func (s *Store) persist(data []byte) error {
 
 // replace writes data to a temporary file, fsyncs it and renames it over meta.json. On
 // failure the temporary file is removed and meta.json is untouched.
-func (s *Store) replace(data []byte) (err error) {
+func (s *Store) replace(data []byte) error { return s.replaceFile(s.path, data) }
+
+// replaceFile writes data to a temporary file in the store's directory, fsyncs it and renames
+// it to path. On failure the temporary file is removed and path is untouched. The caller
+// fsyncs the directory.
+func (s *Store) replaceFile(path string, data []byte) (err error) {
 	f, err := s.fs.CreateTemp(s.dir, tempPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("meta: creating temporary file in %s: %w", s.dir, err)
@@ -191,8 +230,8 @@ func (s *Store) replace(data []byte) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("meta: closing %s: %w", tmp, err)
 	}
-	if err := s.fs.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("meta: renaming %s to %s: %w", tmp, s.path, err)
+	if err := s.fs.Rename(tmp, path); err != nil {
+		return fmt.Errorf("meta: renaming %s to %s: %w", tmp, path, err)
 	}
 	return nil
 }

@@ -29,7 +29,8 @@ var testHash = func() string {
 
 var created = time.Date(2025, 3, 4, 5, 6, 7, 8, time.FixedZone("X", 3600))
 
-// seed adds two users and two topics.
+// seed adds two users and two topics: alice is an admin with both roles on orders, bob may
+// consume ticks, of which he is the topic's user.
 func seed(s *State) error {
 	s.Users["alice"] = User{Name: "alice", Hash: testHash, Admin: true}
 	s.Users["bob"] = User{Name: "bob", Hash: testHash}
@@ -37,6 +38,8 @@ func seed(s *State) error {
 		Options: []wire.Option{{Key: "retention.bytes", Value: "1073741824"}}, CreatedAt: created}
 	s.Topics["ticks"] = Topic{Name: "ticks", Kind: wire.KindTransient, Partitions: 1, User: "bob",
 		Options: []wire.Option{}, CreatedAt: time.Now()}
+	s.Grant("alice", "orders", wire.RolesBoth)
+	s.Grant("bob", "ticks", wire.RolesConsume)
 	return nil
 }
 
@@ -98,7 +101,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, FileName))
 	var env map[string]any
-	if err := json.Unmarshal(data, &env); err != nil || env["format_version"] != 1.0 || !strings.HasPrefix(env["checksum"].(string), "sha256:") {
+	if err := json.Unmarshal(data, &env); err != nil || env["format_version"] != 2.0 || !strings.HasPrefix(env["checksum"].(string), "sha256:") {
 		t.Fatalf("envelope %v, err %v", env, err)
 	}
 	if bytes.Contains(data, []byte(testPassword)) {
@@ -155,7 +158,14 @@ func TestUpdateRejected(t *testing.T) {
 			s.Topics["x"] = Topic{Name: "x", Kind: wire.KindDurable, Partitions: 1, User: "carol"}
 			return nil
 		}, ErrInvalid},
-		{"deleting an owner", func(s *State) error { delete(s.Users, "bob"); return nil }, ErrInvalid},
+		{"deleting a topic's user without clearing it", func(s *State) error { delete(s.Users, "bob"); return nil }, ErrInvalid},
+		{"grant on a missing topic", func(s *State) error { s.Grant("bob", "nope", wire.RolesProduce); return nil }, ErrInvalid},
+		{"grant of no role", func(s *State) error {
+			s.Users["bob"] = User{Name: "bob", Hash: testHash, Grants: map[string]wire.Roles{"orders": 0, "ticks": wire.RolesConsume}}
+			return nil
+		}, ErrInvalid},
+		{"admin as a topic role", func(s *State) error { s.Grant("bob", "orders", wire.RolesAdmin); return nil }, ErrInvalid},
+		{"deleting a topic with grants on it", func(s *State) error { delete(s.Topics, "orders"); return nil }, ErrInvalid},
 		{"plaintext password", func(s *State) error {
 			s.Users["carol"] = User{Name: "carol", Hash: testPassword}
 			return nil

@@ -24,6 +24,8 @@ const usage = `Usage:
   lqcat -C -t TOPIC [flags]                consume: print messages
   lqcat -L [-t TOPIC] [-G GROUP] [flags]   metadata: topics, partitions, offsets, group lag
   lqcat topic create|delete|list ...       administer topics (lqcat topic --help)
+  lqcat user create|delete|passwd|list ... users of the broker (lqcat user --help)
+  lqcat acl grant|revoke|list ...          users' roles on topics (lqcat acl --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
   lqcat group list|describe|reset ...      committed offsets of consumer groups (lqcat group --help)
 
@@ -37,12 +39,12 @@ Connection and credentials:
                           sasl.username, sasl.password, client.id,
                           socket.connection.setup.timeout.ms; topic create takes topic
                           options too. An unknown key is an error.
-  --user U --password P   a topic user (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
+  --user U --password P   a user with roles on topics (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
   --admin-user U --admin-password P
-                          the admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
-  Produce, consume, -L, stats and group use the topic user when a password is given for it,
-  else the admin; topic create and delete need the admin. Credentials on the command line
-  win over the environment: with --admin-user/--admin-password and no --user/--password,
+                          an admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
+  Produce, consume, -L, stats and group use the user when a password is given for it, else
+  the admin; topic create and delete, user and acl need an admin. Credentials on the command
+  line win over the environment: with --admin-user/--admin-password and no --user/--password,
   $LIGHTQ_USER and $LIGHTQ_PASSWORD are ignored. Prefer the environment to flags
   for passwords (flags show in ps). lqcat never prints a password. These flags, -J, -q, -v
   and -X may come before a subcommand too: lqcat -b HOST:PORT topic list.
@@ -102,18 +104,18 @@ JSON (-J): one object per line, the same for -C (output) and -P (input):
   offset, so -C -J | -P -J copies keys, values, headers, partitions and timestamps exactly.
 
 Other flags:
-  -J           JSON output for -L, topic list, stats and group
+  -J           JSON output for -L, topic list, stats, group, user list and acl list
   -q           no warnings
   -v           say what was done (on stderr)
   -V           print the version (module, VCS revision and time, Go) and exit
   --timeout D  connect timeout (default 10s)
 
 Exit codes:
-  0 ok                          5 unknown topic or partition
+  0 ok                          5 unknown topic, partition or user
   1 failure, or some messages   6 message too large
     not acknowledged (-P) or    7 not supported (topic kind, or a missing broker feature)
     skipped as undecodable (-C)
-  2 usage                       8 topic already exists
+  2 usage                       8 topic or user already exists
   3 cannot connect / lost       9 offset out of range
   4 authentication failed or not authorized
 
@@ -128,6 +130,8 @@ Examples:
   lqcat -L -G billing
   LIGHTQ_ADMIN_PASSWORD=$(cat data/admin-password) lqcat topic create events \
       --partitions 3 --kind durable --fsync always --retention 7d --user app --password secret
+  lqcat user create billing < billing-password.txt
+  lqcat acl grant billing -t events --role consume
 `
 
 // common are the flags every mode has.
@@ -143,6 +147,10 @@ type common struct {
 	// creatingTopic is set by topic create, where -X may be a topic option too and
 	// --user/--password (or the environment's) name the new topic's user rather than a login.
 	creatingTopic bool
+	// adminCommand is set by the user and acl commands, which connect as the admin: the
+	// environment's topic user is not read, and --password (never $LIGHTQ_PASSWORD) is the
+	// new password of user create and passwd.
+	adminCommand bool
 
 	// Credentials given on the command line (flags or -X), which win over the environment.
 	userGiven, adminGiven bool
@@ -179,7 +187,7 @@ func (c *common) resolve(getenv func(string) string) error {
 	c.topicOptions = rest
 	c.userGiven = c.user != "" || c.password != ""
 	c.adminGiven = c.adminUser != "" || c.adminPassword != ""
-	if c.adminGiven && !c.userGiven && !c.creatingTopic {
+	if c.adminCommand || c.adminGiven && !c.userGiven && !c.creatingTopic {
 		getenv = withoutTopicUser(getenv)
 	}
 	orEnv := func(v *string, env, def string) {
@@ -196,7 +204,7 @@ func (c *common) resolve(getenv func(string) string) error {
 	orEnv(&c.password, "LIGHTQ_PASSWORD", "")
 	orEnv(&c.adminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
 	orEnv(&c.adminUser, "LIGHTQ_ADMIN_USER", "admin")
-	if c.password != "" && c.user == "" {
+	if c.password != "" && c.user == "" && !c.adminCommand {
 		return usageErr("a topic password needs a user: --user or $LIGHTQ_USER")
 	}
 	if c.timeout <= 0 {
@@ -248,6 +256,10 @@ func (r *runner) run(ctx context.Context, args []string) error {
 			return r.statsCmd(ctx, args[1:])
 		case "group":
 			return r.groupCmd(ctx, args[1:])
+		case "user":
+			return r.userCmd(ctx, args[1:])
+		case "acl":
+			return r.aclCmd(ctx, args[1:])
 		case "help", "-h", "-help", "--help":
 			io.WriteString(r.stdout, usage)
 			return errHelp
@@ -270,7 +282,7 @@ func commonFlagsFirst(args []string) []string {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
 			switch a {
-			case "topic", "stats", "group":
+			case "topic", "stats", "group", "user", "acl":
 				if i == 0 {
 					return args
 				}

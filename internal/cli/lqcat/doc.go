@@ -1,7 +1,8 @@
 // Package lqcat is lqcat, netcat for LightQ: one command that produces (-P), consumes (-C),
-// lists metadata (-L) and administers topics, counters and consumer groups. cmd/lqcat is a
-// thin main around Main, which takes its arguments, environment, stdin, stdout and stderr as
-// parameters so that tests drive it in-process against a real broker.
+// lists metadata (-L) and administers topics, users and their roles, counters and consumer
+// groups. cmd/lqcat is a thin main around Main, which takes its arguments, environment,
+// stdin, stdout and stderr as parameters so that tests drive it in-process against a real
+// broker.
 //
 // # Conventions
 //
@@ -34,13 +35,15 @@
 //
 // # Credentials
 //
-// --user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD name a topic user; --admin-user/
-// --admin-password or $LIGHTQ_ADMIN_USER (default admin)/$LIGHTQ_ADMIN_PASSWORD the admin.
-// Topic create and delete connect as the admin (--user/--password then name the new topic's
-// owner); everything else connects as the topic user when its password is given, else as the
-// admin. Credentials on the command line win over the environment: given the admin's and no
-// topic user's, $LIGHTQ_USER/$LIGHTQ_PASSWORD are ignored. No password is ever printed: errors name the user, and any error text is scrubbed
-// of the passwords in use before it is printed.
+// --user/--password or $LIGHTQ_USER/$LIGHTQ_PASSWORD name a user with roles on topics;
+// --admin-user/--admin-password or $LIGHTQ_ADMIN_USER (default admin)/$LIGHTQ_ADMIN_PASSWORD
+// an admin. Topic create and delete, user and acl connect as the admin (--user/--password of
+// topic create name a user for the new topic; --password of user create and passwd is the new
+// password, which is otherwise asked on the terminal or read from stdin, never taken from
+// $LIGHTQ_PASSWORD); everything else connects as the user when its password is given, else as
+// the admin. Credentials on the command line win over the environment: given the admin's and
+// no user's, $LIGHTQ_USER/$LIGHTQ_PASSWORD are ignored. No password is ever printed: errors
+// name the user, and any error text is scrubbed of the passwords in use before it is printed.
 //
 // # JSON
 //
@@ -68,10 +71,11 @@
 // 0 ok; 1 failure, or some messages not acknowledged (-P) or batches skipped because they
 // cannot be decoded (-C, which says so on stderr and goes on); 2 usage; 3 cannot connect or the
 // connection was lost; 4 authentication failed or not authorized; 5 unknown topic or
-// partition; 6 message too large; 7 not supported (topic kind, or a missing broker feature);
-// 8 the topic exists; 9 offset out of range. -P exits with the code of the first failure
-// when messages were not acknowledged (1 when it has no code of its own). A topic user naming
-// a topic that is not its own, existing or not, gets 4: the broker does not tell them apart.
+// partition (or user); 6 message too large; 7 not supported (topic kind, or a missing broker
+// feature); 8 the topic (or user) exists; 9 offset out of range. -P exits with the code of the
+// first failure when messages were not acknowledged (1 when it has no code of its own). A
+// user naming a topic it holds no role on, existing or not, gets 4: the broker does not tell
+// them apart.
 //
 // # Concurrency
 //
@@ -85,6 +89,7 @@
 // checks), produce.go (streaming input splitter, producer, failure report), consume.go
 // (-o, durable and transient consumption, commits), format.go (escapes, -f, JSON),
 // meta.go (-L), topic.go (topic create/delete/list, the create flags as topic options),
-// stats.go (stats), group.go (group describe/reset/list), errors.go (exit codes), xopts.go
+// stats.go (stats), group.go (group describe/reset/list), users.go (user and acl),
+// password.go (a new password from the terminal or stdin), errors.go (exit codes), xopts.go
 // (-X client options, flags that may be given once).
 package lqcat

@@ -18,10 +18,10 @@ const (
 	ExitUsage       = 2 // bad flags or arguments, missing credentials
 	ExitConnect     = 3 // cannot connect, or the connection was lost
 	ExitAuth        = 4 // authentication failed, or not authorized
-	ExitUnknown     = 5 // unknown topic or partition
+	ExitUnknown     = 5 // unknown topic, partition or user
 	ExitTooLarge    = 6 // a message over the broker's MaxMessage
 	ExitUnsupported = 7 // the broker or the topic kind does not support it
-	ExitExists      = 8 // topic create: the topic exists
+	ExitExists      = 8 // topic create or user create: it exists
 	ExitOutOfRange  = 9 // an offset outside the partition's log
 )
 
@@ -83,13 +83,13 @@ func codeFor(c wire.Code) int {
 	case wire.CodeAuthFailed, wire.CodeAuthTimeout, wire.CodeTooManyAttempts,
 		wire.CodeNotAuthorized, wire.CodeNotAuthenticated:
 		return ExitAuth
-	case wire.CodeUnknownTopic, wire.CodeUnknownPartition:
+	case wire.CodeUnknownTopic, wire.CodeUnknownPartition, wire.CodeUnknownUser:
 		return ExitUnknown
 	case wire.CodeMessageTooLarge:
 		return ExitTooLarge
 	case wire.CodeNotSupported:
 		return ExitUnsupported
-	case wire.CodeTopicExists:
+	case wire.CodeTopicExists, wire.CodeUserExists:
 		return ExitExists
 	case wire.CodeOffsetOutOfRange:
 		return ExitOutOfRange
@@ -107,10 +107,10 @@ func hint(err error) string {
 	}
 	switch we.Code {
 	case wire.CodeNotAuthorized:
-		if strings.Contains(we.Message, "exist") {
-			return "" // the broker said it already
+		if strings.Contains(we.Message, "exist") || strings.Contains(we.Message, "needs") {
+			return "" // the broker said it already, or which role is missing
 		}
-		return " (a topic user may only use its own topics; the broker answers the same for a topic that does not exist)"
+		return " (a user may only use the topics it holds roles on; the broker answers the same for a topic that does not exist)"
 	case wire.CodeMessageTooLarge:
 		return " (over the broker's MaxMessage)"
 	}

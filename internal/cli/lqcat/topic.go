@@ -15,7 +15,7 @@ import (
 )
 
 const topicHelp = `Usage:
-  lqcat topic create NAME --partitions N --kind transient|durable --user U --password P
+  lqcat topic create NAME --partitions N --kind transient|durable [--user U --password P]
         [--retention DURATION|SIZE] [--fsync always|interval=DURATION|never]
         [--segment-bytes SIZE] [--segment-ms DURATION] [--ring-bytes SIZE] [--ring-slots N]
         [-X key=value ...]
@@ -23,8 +23,10 @@ const topicHelp = `Usage:
   lqcat topic list [-J]
 
 create and delete need the admin's credentials (--admin-password or $LIGHTQ_ADMIN_PASSWORD).
---user and --password name the topic's user (default $LIGHTQ_USER, $LIGHTQ_PASSWORD): it is
-created when new; an existing user must be given its password.
+--user and --password (default $LIGHTQ_USER, $LIGHTQ_PASSWORD) name a user that gets both
+roles, produce and consume, on the new topic: it is created when new; an existing user must
+be given its password. Without them the topic has no users yet: lqcat acl grant gives roles
+on it. delete takes every role on the topic with it; its users stay (lqcat user delete).
 
 --retention takes a duration (90m, 24h, 7d: retention.ms) or a size (500MiB, 10GB:
 retention.bytes); give it twice for both. Sizes take B, KB, MB, GB, TB (powers of 1000) or
@@ -82,8 +84,8 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 		if cfg.Kind, err = wire.ParseKind(kind); err != nil {
 			return usageErr("--kind: %v", err)
 		}
-		if cfg.User == "" || cfg.Password == "" {
-			return usageErr("topic create needs the topic's user and password: --user and --password (or $LIGHTQ_USER, $LIGHTQ_PASSWORD)")
+		if (cfg.User == "") != (cfg.Password == "") {
+			return usageErr("topic create: give the topic's user and its password (--user and --password, or $LIGHTQ_USER and $LIGHTQ_PASSWORD), or neither")
 		}
 		if cfg.Options, err = optFlags.options(cfg.Kind); err != nil {
 			return err
@@ -97,7 +99,11 @@ func (r *runner) topicCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("topic create %q: %w", cfg.Name, err)
 		}
 		if !r.c.quiet {
-			fmt.Fprintf(r.stdout, "created %s topic %q with %d %s, user %q\n", cfg.Kind, cfg.Name, partitions, plural(partitions, "partition", "partitions"), cfg.User)
+			user := fmt.Sprintf("user %q", cfg.User)
+			if cfg.User == "" {
+				user = "no users yet"
+			}
+			fmt.Fprintf(r.stdout, "created %s topic %q with %d %s, %s\n", cfg.Kind, cfg.Name, partitions, plural(partitions, "partition", "partitions"), user)
 		}
 		return nil
 	case "delete":
