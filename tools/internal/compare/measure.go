@@ -16,6 +16,7 @@ type meas struct {
 	start   time.Time
 	srvCPU  float64
 	noise   *noiseMeter
+	timeout time.Duration // bound on each client run; 0 = -run-timeout
 }
 
 // measure runs body against a fresh broker b (stopped at the end) and fills in the CPU and
@@ -26,7 +27,9 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 	}
 	defer func() {
 		if b.srv != nil {
-			b.stop()
+			if err := b.stop(); err != nil {
+				r.logf("%v", err)
+			}
 		}
 	}()
 	m := &meas{r: r, b: b, s: sample{}, clients: map[string][]*client{}}
@@ -71,7 +74,11 @@ func (m *meas) client(ctx context.Context, role string, path string, args ...str
 	if baseName(path) == "lqbench" {
 		env = []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}
 	}
-	c := newClient(ctx, m.r.cfg.RunTimeout, env, path, args...)
+	timeout := m.timeout
+	if timeout == 0 {
+		timeout = m.r.cfg.RunTimeout
+	}
+	c := newClient(ctx, timeout, env, path, args...)
 	m.clients[role] = append(m.clients[role], c)
 	return c
 }
