@@ -70,8 +70,12 @@ func (r *runner) cases() []caseDef {
 			{key: "delivered_pct", label: "% delivered (rest dropped: subscriber behind the ring)", noRatio: true}}
 	}
 	transient := func(size, msgs int, t *target, family string) caseDef {
+		rows := subRow(t)
+		if size == 1024 {
+			rows = append(rows, cpuGBRows()...)
+		}
 		return caseDef{id: fmt.Sprintf("transient-%d", size), family: family, size: size,
-			title: fmt.Sprintf("transient %d B (NATS core)", size), rows: subRow(t),
+			title: fmt.Sprintf("transient %d B (NATS core)", size), rows: rows,
 			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, size, msgs, 1) },
 			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, size, msgs, 1) }}
 	}
@@ -129,7 +133,12 @@ func (r *runner) cases() []caseDef {
 		out = append(out, caseDef{id: "tcp", family: "tcp", title: "raw TCP, 512 KiB writes, 1 MiB socket buffers",
 			rows: []rowDef{{key: "mb", label: "MB/s (1e6 B)"},
 				{key: "sub_mb", label: "LightQ subscriber MB/s / TCP MB/s", target: &target{text: ">= 50% of TCP", check: func(q, _ float64) bool { return q >= 0.5 }},
-					share: &shareDef{num: "transient-1024", denSide: "lightq", denKey: "mb", of: "TCP", pct: true, title: "transient 1024 B vs raw TCP"}}},
+					share: &shareDef{num: "transient-1024", denSide: "lightq", denKey: "mb", of: "TCP", pct: true, title: "transient 1024 B vs raw TCP"}},
+				{key: "cpu_gb_send", label: "CPU s/GB, sender (measured interval)", lowerBetter: true},
+				{key: "cpu_gb_recv", label: "CPU s/GB, receiver", lowerBetter: true},
+				{key: "cpu_gb_total", label: "CPU s/GB, both (one loopback hop; a broker has two)", lowerBetter: true},
+				{key: "cpu_gb_total", label: "CPU s/GB, all three / raw TCP's (both)", lowerBetter: true,
+					share: &shareDef{num: "transient-1024", denSide: "lightq", denKey: "cpu_gb_total", of: "TCP's", title: "transient 1024 B CPU vs raw TCP"}}},
 			lightq: func(ctx context.Context) (sample, error) { return r.tcpLimit(ctx) }})
 	}
 	if want("sizes") {

@@ -88,9 +88,18 @@ func TestSmoke(t *testing.T) {
 	t.Logf("table:\n%s", table.String())
 	for _, want := range []string{"transient 100 B", "acks=none as NATS core", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
 		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99",
-		"x the floor (", "relay ", "produce then read back", "produce and consume at once", "% of the disk (", "disk reference MB/s (group-commit"} {
+		"x the floor (", "relay ", "produce then read back", "produce and consume at once", "% of the disk (", "disk reference MB/s (group-commit", "CPU s/GB, all three", "x TCP's ("} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
+		}
+	}
+	for _, side := range cfg.Brokers {
+		// The CPU per GB of the 1 KiB transient case: every process used some within the
+		// interval, and the parts add up.
+		s := rep.data["transient-1024"][side][0]
+		if s == nil || !(s["cpu_gb_broker"] > 0 && s["cpu_gb_pub"] > 0 && s["cpu_gb_sub"] > 0) ||
+			math.Abs(s["cpu_gb_broker"]+s["cpu_gb_pub"]+s["cpu_gb_sub"]-s["cpu_gb_total"]) > 1e-9 || !(s["cpu_window_s"] > 0 || side == "nats") {
+			t.Errorf("transient-1024 %s: CPU per GB %v", side, s)
 		}
 	}
 	if s := rep.data["latency-floor"]["lightq"][0]; s != nil && !(s["relay_cpu_pct"] > 0 && s["clients_cpu_pct"] > 0) {

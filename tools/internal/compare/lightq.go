@@ -30,6 +30,9 @@ type lqResult struct {
 	P99        float64 `json:"p99_us"`
 	P999       float64 `json:"p999_us"`
 	Max        float64 `json:"max_us"`
+	// The measured interval on the wall clock (unix ns).
+	StartNs int64 `json:"start_unix_ns"`
+	EndNs   int64 `json:"end_unix_ns"`
 	// e2e at a fixed rate: latency from the actual send rather than the intended slot.
 	SendP50  float64 `json:"send_p50_us"`
 	SendP99  float64 `json:"send_p99_us"`
@@ -88,6 +91,7 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs 
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
+		m.sampleCPU()
 		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
 		sub := m.lqbench(ctx, "sub", "consume", "-t", "bench", "-s", sz, "-m", n, "--consumers", strconv.Itoa(subs), "--idle", "3s")
 		if err := sub.start(); err != nil {
@@ -121,6 +125,8 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs 
 		if s.Messages+int64(s.Dropped) < int64(msgs*subs) {
 			return fmt.Errorf("subscribers accounted for %d of %d messages", s.Messages+int64(s.Dropped), msgs*subs)
 		}
+		// CPU per GB delivered, from the first send to the last message received or acked.
+		m.cpuPerGB(p.StartNs, max(p.EndNs, s.EndNs), float64(s.Messages)*float64(size))
 		return nil
 	})
 }

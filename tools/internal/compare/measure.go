@@ -17,6 +17,7 @@ type meas struct {
 	srvCPU  float64
 	noise   *noiseMeter
 	timeout time.Duration // bound on each client run; 0 = -run-timeout
+	cpu     *cpuSampler   // set by sampleCPU: CPU seconds per GB over a measured interval
 }
 
 // measure runs body against a fresh broker b (stopped at the end) and fills in the CPU and
@@ -33,6 +34,11 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 		}
 	}()
 	m := &meas{r: r, b: b, s: sample{}, clients: map[string][]*client{}}
+	defer func() {
+		if m.cpu != nil {
+			m.cpu.close()
+		}
+	}()
 	idle := waitQuiet(ctx, r.cfg.QuietIdle, r.cfg.QuietWait, r.logf)
 	live := func() float64 { return 0 }
 	if b.srv != nil {
@@ -79,6 +85,16 @@ func (m *meas) client(ctx context.Context, role string, path string, args ...str
 		timeout = m.r.cfg.RunTimeout
 	}
 	c := newClient(ctx, timeout, env, path, args...)
+	c.onStart = func(c *client) {
+		if m.cpu != nil {
+			m.cpu.track(role, c.cmd.Process.Pid, c.startedAt)
+		}
+	}
+	c.onExit = func(c *client) {
+		if m.cpu != nil {
+			m.cpu.exited(c.cmd.Process.Pid, c.exitedAt, c.cpuSeconds())
+		}
+	}
 	m.clients[role] = append(m.clients[role], c)
 	return c
 }

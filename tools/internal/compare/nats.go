@@ -66,6 +66,7 @@ func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, er
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
+		m.sampleCPU()
 		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
 		sub := m.nats(ctx, "sub", "bench", "sub", "bench.core", "--msgs", n, "--size", sz, "--clients", strconv.Itoa(subs), "--no-progress")
 		if err := sub.start(); err != nil {
@@ -95,6 +96,9 @@ func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, er
 		// nats bench sub ends only once every subscriber has received --msgs messages.
 		m.s["delivered_pct"] = 100
 		m.s["sub_mb"] = m.s["sub"] * float64(size) / 1e6
+		// nats bench prints no times: CPU per GB from the publisher's start to the last
+		// client's exit (the publisher's start-up and connect fall inside).
+		m.cpuPerGB(pub.startedAt.UnixNano(), max(pub.exitedAt.UnixNano(), sub.exitedAt.UnixNano()), float64(msgs*subs)*float64(size))
 		return nil
 	})
 }

@@ -95,6 +95,9 @@ type client struct {
 	stdout bytes.Buffer
 	stderr bytes.Buffer
 	cancel context.CancelFunc
+
+	startedAt, exitedAt time.Time     // set by start and wait
+	onStart, onExit     func(*client) // called after start and wait when set (CPU sampling)
 }
 
 func newClient(ctx context.Context, timeout time.Duration, env []string, path string, args ...string) *client {
@@ -111,9 +114,13 @@ func newClient(ctx context.Context, timeout time.Duration, env []string, path st
 }
 
 func (c *client) start() error {
+	c.startedAt = time.Now()
 	if err := c.cmd.Start(); err != nil {
 		c.cancel()
 		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	if c.onStart != nil {
+		c.onStart(c)
 	}
 	return nil
 }
@@ -121,6 +128,10 @@ func (c *client) start() error {
 func (c *client) wait() error {
 	defer c.cancel()
 	err := c.cmd.Wait()
+	c.exitedAt = time.Now()
+	if c.onExit != nil && c.cmd.ProcessState != nil {
+		c.onExit(c)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w; stderr: %s", c.name, err, tail(strings.TrimSpace(c.stderr.String()+"\n"+c.stdout.String()), 600))
 	}

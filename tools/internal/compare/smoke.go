@@ -9,10 +9,12 @@ func smoke(cfg Config) Config {
 	cfg.Rounds = 1
 	cfg.QuietIdle = 0
 	cfg.RunTimeout = 60 * time.Second
-	cfg.Msgs100, cfg.Msgs1K, cfg.FanoutMsgs, cfg.FanoutSubs = 3000, 1000, 1000, 2
+	// 100 MB at 1 KiB and 512 MiB of raw TCP: enough CPU in each process (tens of ms) for
+	// the 10 ms ticks of the CPU-per-GB figures.
+	cfg.Msgs100, cfg.Msgs1K, cfg.FanoutMsgs, cfg.FanoutSubs = 3000, 100_000, 1000, 2
 	cfg.SustainBytes, cfg.SustainTime, cfg.SustainTimeout = 4e6, 300*time.Millisecond, 60*time.Second
 	cfg.LatencyRate, cfg.LatencyDuration = 2000, time.Second
-	cfg.TCPBytes = 8 << 20
+	cfg.TCPBytes = 512 << 20
 	cfg.PlotSizes, cfg.PlotBytes = []int{16, 4096}, 1 // 10,000 messages each (the minimum)
 	return cfg
 }
