@@ -98,7 +98,7 @@ func defaultConfig() Config {
 	return Config{
 		Rounds: 3, Cases: allCases, Brokers: []string{"lightq", "nats"},
 		RunTimeout: 30 * time.Second, QuietIdle: 80, QuietWait: 30 * time.Second,
-		Msgs100: 1_000_000, Msgs1K: 300_000, FanoutMsgs: 300_000, FanoutSubs: 4,
+		Msgs100: 1_000_000, Msgs1K: 1_000_000, FanoutMsgs: 300_000, FanoutSubs: 4,
 		SustainBytes: 2e9, SustainTime: 10 * time.Second, SustainTimeout: 3 * time.Minute,
 		LatencyRate: 50_000, LatencyDuration: 10 * time.Second, LatencyLinger: "-1ms",
 		TCPBytes: 2 << 30, PlotSizes: []int{16, 64, 256, 4096, 16384, 65536}, PlotBytes: 256 << 20,

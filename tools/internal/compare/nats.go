@@ -105,9 +105,9 @@ func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, er
 
 // natsJS: a sustained durable case on a JetStream file stream (1 replica, async publish in
 // batches, as peers.sh): publish for at least -sustain-time, then (thenReadBack) an ordered
-// consumer reads everything. atOnce: a calibration chunk (which also creates the stream with
-// nats bench's own settings) gives the rate and is purged; then the ordered consumer starts
-// and a publisher sends enough messages for -sustain-time while it reads.
+// consumer reads everything. atOnce: publishing for a tenth of that (which also creates the
+// stream with nats bench's own settings) gives the rate and is purged; then the ordered
+// consumer starts and a publisher sends enough messages for -sustain-time while it reads.
 func (r *runner) natsJS(ctx context.Context, size int, syncInterval string, sh shape) (sample, error) {
 	if err := r.checkDisk(); err != nil {
 		return nil, err
@@ -149,14 +149,17 @@ func (r *runner) natsJS(ctx context.Context, size int, syncInterval string, sh s
 				return err
 			}
 		case atOnce:
-			_, rate, err := publish(natsFirstChunk)
+			n, t, err := natsProduceFor(natsCalibration(minSecs), func(n int) (float64, error) {
+				_, rate, err := publish(n)
+				return rate, err
+			})
 			if err != nil {
 				return err
 			}
 			if err := m.nats(ctx, "admin", "stream", "purge", "benchstream", "-f").run(); err != nil {
 				return err
 			}
-			total = natsAtOnceCount(rate, minSecs)
+			total = natsAtOnceCount(float64(n)/t, minSecs)
 			sub = ordered(total)
 			if err := sub.start(); err != nil {
 				return err

@@ -262,6 +262,7 @@ func (r *report) writeText(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t\n", l.title, l.metric, fmtNum(l.lq), fmtNum(l.nats), fmtRatio(l), l.target, l.verdict)
 	}
 	_ = tw.Flush()
+	fmt.Fprint(w, r.shortNote())
 	fmt.Fprintln(w)
 	r.writeCPUText(w)
 }
@@ -330,6 +331,9 @@ func (r *report) markdown() string {
 			t = l.target + ": **" + l.verdict + "**"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", l.title, l.metric, fmtNum(l.lq), fmtNum(l.nats), fmtRatio(l), t)
+	}
+	if note := r.shortNote(); note != "" {
+		b.WriteString("\n" + note)
 	}
 	b.WriteString("\nCPU during each measurement (median over rounds, % of one core; the window runs from the first client's start to the last client's exit, so a phase that waits, such as a subscriber before the publisher starts, lowers it):\n\n")
 	b.WriteString("| case | LightQ | NATS | max CPU of others / stolen (% of machine) |\n|---|---|---|---|\n")

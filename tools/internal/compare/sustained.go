@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/lightq/lightq/tools/internal/diskfree"
 )
@@ -62,14 +63,24 @@ func (r *runner) sustainedCases() []caseDef {
 		} else if size == 100 && sh == thenReadBack {
 			tp, ts = ratioAtLeast(10), ratioAtLeast(5)
 		}
+		sustained := func(side string, fn func(context.Context) (sample, error)) func(context.Context) (sample, error) {
+			return func(ctx context.Context) (sample, error) {
+				s, err := fn(ctx)
+				if err == nil && s.short(cfg) {
+					s["short"] = 1
+					r.logf("%s %s: not sustained: %.3f GB in %.2f s, below both -sustain-bytes and -sustain-time", id, side, s["pub_gb"], s["pub_s"])
+				}
+				return s, err
+			}
+		}
 		return caseDef{id: id, family: family, size: size, title: title,
 			rows: []rowDef{{key: "pub", label: "msgs/s produce", target: tp}, {key: "sub", label: "msgs/s " + what, target: ts},
 				{key: "pub_mb", label: "produce MB/s / disk reference MB/s", share: &shareDef{denSide: "ref", denKey: "mb", of: "the disk", pct: true}},
 				{key: "mb", label: refLabel, ref: true},
 				{key: "pub_s", label: "seconds producing", noRatio: true}},
 			ref:    func(ctx context.Context) (sample, error) { return r.diskRef(ctx, ref) },
-			lightq: func(ctx context.Context) (sample, error) { return r.lqDurable(ctx, size, fsync, acks, sh) },
-			nats:   func(ctx context.Context) (sample, error) { return r.natsJS(ctx, size, natsSync, sh) }}
+			lightq: sustained("lightq", func(ctx context.Context) (sample, error) { return r.lqDurable(ctx, size, fsync, acks, sh) }),
+			nats:   sustained("nats", func(ctx context.Context) (sample, error) { return r.natsJS(ctx, size, natsSync, sh) })}
 	}
 	if contains(cfg.Cases, "durable") {
 		for _, size := range []int{100, 1024} {
@@ -80,6 +91,31 @@ func (r *runner) sustainedCases() []caseDef {
 		out = append(out, durable("fsync", 100, thenReadBack), durable("fsync", 100, atOnce))
 	}
 	return out
+}
+
+// short reports whether a sustained measurement produced less than -sustain-bytes in less
+// than -sustain-time (a NATS rate that rose after calibration, say).
+func (s sample) short(cfg Config) bool {
+	return s["pub_s"] < cfg.SustainTime.Seconds() && s["pub_gb"]*1e9 < float64(cfg.SustainBytes)
+}
+
+// shortNote lists the measurements that were not sustained, for under the table; "" when
+// there are none.
+func (r *report) shortNote() string {
+	var list []string
+	for _, c := range r.cases {
+		for _, side := range sides {
+			for i, s := range r.data[c.id][side] {
+				if s != nil && s["short"] > 0 {
+					list = append(list, fmt.Sprintf("%s %s round %d (%.3f GB in %.2f s)", c.id, side, i+1, s["pub_gb"], s["pub_s"]))
+				}
+			}
+		}
+	}
+	if len(list) == 0 {
+		return ""
+	}
+	return "Not sustained (below both the bytes and the time asked): " + strings.Join(list, "; ") + ".\n"
 }
 
 // isSustained reports whether a case writes -sustain-bytes to the disk.
@@ -202,9 +238,13 @@ func natsProduceFor(minSecs float64, chunk func(n int) (rate float64, err error)
 	return total, secs, nil
 }
 
+// natsCalibration is how long a NATS at-once case publishes first to learn the rate: a
+// tenth of the sustained time, at most a second (a run of a few thousand messages says
+// little on a loaded machine).
+func natsCalibration(minSecs float64) float64 { return min(minSecs/10, 1) }
+
 // natsAtOnceCount is the message count for a NATS run that publishes while the consumer
-// reads: from a calibration chunk's rate, enough for -sustain-time with a quarter to spare
-// (the consumer slows the publisher down).
+// reads: from the calibration's rate, enough for -sustain-time with a quarter to spare.
 func natsAtOnceCount(rate, minSecs float64) int {
 	return int(min(max(math.Ceil(rate*minSecs*1.25), natsFirstChunk), natsMaxChunk))
 }

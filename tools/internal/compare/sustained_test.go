@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSustainMsgs(t *testing.T) {
@@ -180,5 +181,28 @@ func TestShareLines(t *testing.T) {
 	}
 	if q, lo, hi, ok := pairedRatio([]float64{1, nan}, []float64{0, 2}); ok || !math.IsNaN(q) || !math.IsNaN(lo) || !math.IsNaN(hi) {
 		t.Errorf("pairedRatio with no usable round = %v %v %v %v", q, lo, hi, ok)
+	}
+}
+
+func TestShortNote(t *testing.T) {
+	cfg := Config{Rounds: 2, SustainBytes: 2e9, SustainTime: 10 * time.Second}
+	for _, c := range []struct {
+		s    sample
+		want bool
+	}{
+		{sample{"pub_gb": 2, "pub_s": 3}, false},     // the bytes
+		{sample{"pub_gb": 0.1, "pub_s": 10}, false},  // the time
+		{sample{"pub_gb": 0.1, "pub_s": 4.1}, true},  // neither
+		{sample{"pub_gb": 1.99, "pub_s": 9.9}, true}, // neither, narrowly
+	} {
+		if got := c.s.short(cfg); got != c.want {
+			t.Errorf("%v: short %v, want %v", c.s, got, c.want)
+		}
+	}
+	rep := newReport(cfg, []caseDef{{id: "fsync-100-at-once"}})
+	rep.add("fsync-100-at-once", "nats", 1, sample{"pub_gb": 0.0017, "pub_s": 4.1, "short": 1})
+	rep.add("fsync-100-at-once", "lightq", 1, sample{"pub_gb": 2, "pub_s": 6})
+	if got, want := rep.shortNote(), "Not sustained (below both the bytes and the time asked): fsync-100-at-once nats round 2 (0.002 GB in 4.10 s).\n"; got != want {
+		t.Errorf("shortNote = %q, want %q", got, want)
 	}
 }
