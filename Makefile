@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 PKGS      := ./...
 
-.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare crash soak build-386 clean
+.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare compare-smoke crash soak build-386 clean
 
 all: build
 
@@ -78,11 +78,17 @@ bench-e2e:
 bench-fetch:
 	./tools/bench-fetch.sh
 
-# LightQ vs NATS side by side (installs the pinned NATS peers on first use, ~4 min; then ~7 min): prints the
+# LightQ vs NATS side by side (installs the pinned NATS peers on first use, ~4 min; then ~20 min): prints the
 # table and rewrites docs/PERFORMANCE.md's generated section and docs/compare-throughput.svg.
+# COMPARE_CASES=durable,fsync runs a subset and then leaves the docs alone; make compare-smoke runs
+# every case (or COMPARE_CASES) in seconds with tiny counts, to check the tool, not to measure.
 COMPARE_ROUNDS ?= 3
+COMPARE_CASES ?=
 compare:
-	$(GO) run ./tools/compare -rounds $(COMPARE_ROUNDS) -doc docs/PERFORMANCE.md -svg docs/compare-throughput.svg $(ARGS)
+	$(GO) run ./tools/compare -rounds $(COMPARE_ROUNDS) $(if $(COMPARE_CASES),-cases $(COMPARE_CASES),-doc docs/PERFORMANCE.md -svg docs/compare-throughput.svg) $(ARGS)
+
+compare-smoke:
+	$(GO) run ./tools/compare -smoke $(if $(COMPARE_CASES),-cases $(COMPARE_CASES)) $(ARGS)
 
 # kill -9 crash cycles against the real binary (CRASH_CYCLES over the three fsync modes).
 crash:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -143,6 +144,7 @@ func TestRunProduceThenConsume(t *testing.T) {
 	if pr.P50Us != 0 {
 		t.Errorf("a produce run measured latency: %+v", *pr)
 	}
+	checkWindow(t, pr)
 	var o out
 	select {
 	case o = <-done:
@@ -159,6 +161,20 @@ func TestRunProduceThenConsume(t *testing.T) {
 		t.Errorf("consume result %+v", *cr)
 	}
 	checkLatency(t, cr)
+	checkWindow(t, cr)
+	if cr.EndUnixNs < pr.StartUnixNs || cr.StartUnixNs < pr.StartUnixNs {
+		t.Errorf("consumer's interval [%d, %d] is not within the run that began at %d", cr.StartUnixNs, cr.EndUnixNs, pr.StartUnixNs)
+	}
+}
+
+// checkWindow: the measured interval is on the wall clock, of Seconds' length, and recent.
+func checkWindow(t *testing.T, r *Result) {
+	t.Helper()
+	d := time.Duration(r.EndUnixNs - r.StartUnixNs)
+	if r.StartUnixNs <= 0 || d < 0 || math.Abs(d.Seconds()-r.Seconds) > 1e-6 ||
+		time.Since(time.Unix(0, r.StartUnixNs)) > 5*time.Minute {
+		t.Errorf("%s: interval [%d, %d] (%v) for %v s", r.Mode, r.StartUnixNs, r.EndUnixNs, d, r.Seconds)
+	}
 }
 
 // TestConsumerStopsAtExpectedCount: a consumer stops as soon as it has accounted for every
@@ -202,7 +218,7 @@ func TestMainJSON(t *testing.T) {
 	if dec.More() {
 		t.Error("more than one JSON value on stdout")
 	}
-	for _, k := range []string{"messages", "seconds", "msgs_per_sec", "mb_per_sec", "p50_us", "p99_us", "p999_us", "max_us"} {
+	for _, k := range []string{"messages", "seconds", "msgs_per_sec", "mb_per_sec", "p50_us", "p99_us", "p999_us", "max_us", "start_unix_ns", "end_unix_ns"} {
 		v, ok := obj[k].(float64)
 		if !ok {
 			t.Errorf("key %q missing or not a number: %v", k, obj)

@@ -252,7 +252,7 @@ func runE2E(ctx context.Context, cfg *Config) (*Result, error) {
 		}
 	}
 	if r.Messages > 0 {
-		r.setRate(lastRecv.Sub(st.start))
+		r.setWindow(st.start, lastRecv)
 		r.FirstMessageDelayUs = float64(firstRecv.Sub(st.start).Microseconds())
 		r.AverageLatencyUs = float64(lastRecv.Sub(st.start).Nanoseconds()) / 1000 / float64(r.Messages)
 	}

@@ -130,7 +130,7 @@ func runProduce(ctx context.Context, cfg *Config) (*Result, error) {
 		return nil, err
 	}
 	r := &Result{Mode: "produce", Messages: st.sent.Load(), Size: cfg.Size, Failed: st.failed.Load()}
-	r.setRate(st.end.Sub(st.start))
+	r.setWindow(st.start, st.end)
 	if e, ok := st.firstErr.Load().(error); ok {
 		r.FirstError = e.Error()
 	}

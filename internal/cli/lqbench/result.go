@@ -27,6 +27,12 @@ type Result struct {
 	Dropped        uint64  `json:"dropped"`
 	Failed         int64   `json:"failed"`
 	FirstError     string  `json:"first_error,omitempty"`
+	// The measured interval on the wall clock (unix ns), so that another process can count
+	// what happened within it (make compare's CPU seconds per GB): produce from the first
+	// send to the last acknowledgement, consume from the first to the last message received,
+	// e2e from the first send to the last message received.
+	StartUnixNs int64 `json:"start_unix_ns,omitempty"`
+	EndUnixNs   int64 `json:"end_unix_ns,omitempty"`
 
 	FirstMessageDelayUs float64 `json:"first_message_delay_us,omitempty"`
 	// AverageLatencyUs is the original LightQ's "average latency": the time from the first
@@ -46,6 +52,14 @@ type Result struct {
 	SendP99Us  float64 `json:"send_p99_us,omitempty"`
 	SendP999Us float64 `json:"send_p999_us,omitempty"`
 	SendMaxUs  float64 `json:"send_max_us,omitempty"`
+}
+
+// setWindow records the measured interval [start, end] and the rates over it.
+func (r *Result) setWindow(start, end time.Time) {
+	if !start.IsZero() && !end.IsZero() {
+		r.StartUnixNs, r.EndUnixNs = start.UnixNano(), end.UnixNano()
+	}
+	r.setRate(end.Sub(start))
 }
 
 func (r *Result) setRate(d time.Duration) {
@@ -74,7 +88,7 @@ func (r *Result) addConsumers(cons []*consumer) {
 			last = c.last
 		}
 	}
-	r.setRate(last.Sub(first))
+	r.setWindow(first, last)
 	r.setPercentiles(h)
 	if sh.TotalCount() > 0 {
 		r.SendP50Us = float64(sh.ValueAtQuantile(50))

@@ -8,8 +8,12 @@
 // The process started by the user listens on 127.0.0.1:0 and receives; it starts a copy of
 // itself (blast -send ADDR) as the sender, so the two ends are separate processes as a
 // producer and a broker are. The rate is bytes / (first byte received .. EOF), like a
-// subscriber's rate in lqbench and nats bench. Output: one line of key=value pairs, or with
-// -json one JSON object {"bytes","seconds","mb_per_sec","gbit_per_sec",...}.
+// subscriber's rate in lqbench and nats bench. Over the same interval it measures the CPU
+// time of both processes (the receiver's from getrusage, the sender's from its
+// /proc/<pid>/stat, read before it is reaped): recv_cpu_s, send_cpu_s and cpu_s_per_gb, their
+// sum per 1e9 bytes, the kernel's cost of one loopback hop plus the least user-space work.
+// Output: one line of key=value pairs, or with -json one JSON object {"bytes","seconds",
+// "mb_per_sec","gbit_per_sec",...,"cpu_s_per_gb"}.
 package blast
 
 import (
@@ -26,6 +30,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/lightq/lightq/tools/internal/proccpu"
 )
 
 type result struct {
@@ -38,6 +44,11 @@ type result struct {
 	SndBuf     int     `json:"sndbuf"`
 	RcvBuf     int     `json:"rcvbuf"`
 	Reads      int64   `json:"reads"`
+	// CPU seconds used from the first byte received to EOF, each process, and both per 1e9
+	// bytes; 0 where the platform has no /proc.
+	RecvCPU  float64 `json:"recv_cpu_s"`
+	SendCPU  float64 `json:"send_cpu_s"`
+	CPUPerGB float64 `json:"cpu_s_per_gb"`
 }
 
 // Main is the whole of the blast command: it parses args (without the program name) and
@@ -84,8 +95,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		_ = json.NewEncoder(stdout).Encode(r)
 	} else {
-		fmt.Fprintf(stdout, "bytes=%d seconds=%.3f mb_per_sec=%.1f gbit_per_sec=%.2f write=%d read=%d sndbuf=%d rcvbuf=%d reads=%d\n",
-			r.Bytes, r.Seconds, r.MBPerSec, r.GbitPerSec, r.WriteSize, r.ReadSize, r.SndBuf, r.RcvBuf, r.Reads)
+		fmt.Fprintf(stdout, "bytes=%d seconds=%.3f mb_per_sec=%.1f gbit_per_sec=%.2f write=%d read=%d sndbuf=%d rcvbuf=%d reads=%d recv_cpu_s=%.3f send_cpu_s=%.3f cpu_s_per_gb=%.3f\n",
+			r.Bytes, r.Seconds, r.MBPerSec, r.GbitPerSec, r.WriteSize, r.ReadSize, r.SndBuf, r.RcvBuf, r.Reads, r.RecvCPU, r.SendCPU, r.CPUPerGB)
 	}
 	return 0
 }
@@ -130,11 +141,14 @@ func receive(ctx context.Context, total int64, writeSize, readSize, sndbuf, rcvb
 	buf := make([]byte, readSize)
 	var n, reads int64
 	var first time.Time
+	var recv0, send0 float64
+	statOK := true // the sender's stat file was readable at both ends
 	for {
 		k, err := c.Read(buf)
 		if k > 0 {
 			if n == 0 {
 				first = time.Now()
+				recv0, send0 = proccpu.Self(), senderCPU(cmd.Process.Pid, &statOK)
 			}
 			n += int64(k)
 			reads++
@@ -147,6 +161,8 @@ func receive(ctx context.Context, total int64, writeSize, readSize, sndbuf, rcvb
 		}
 	}
 	d := time.Since(first)
+	// The sender has closed its end; until Wait reaps it, its stat file holds its times.
+	recvCPU, sendCPU := proccpu.Self()-recv0, senderCPU(cmd.Process.Pid, &statOK)-send0
 	waited = true
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("sender: %w", err)
@@ -155,8 +171,23 @@ func receive(ctx context.Context, total int64, writeSize, readSize, sndbuf, rcvb
 		return nil, fmt.Errorf("received %d bytes, want %d", n, total)
 	}
 	s := d.Seconds()
-	return &result{Bytes: n, Seconds: s, MBPerSec: float64(n) / s / 1e6, GbitPerSec: float64(n) * 8 / s / 1e9,
-		WriteSize: writeSize, ReadSize: readSize, SndBuf: sndbuf, RcvBuf: rcvbuf, Reads: reads}, nil
+	r := &result{Bytes: n, Seconds: s, MBPerSec: float64(n) / s / 1e6, GbitPerSec: float64(n) * 8 / s / 1e9,
+		WriteSize: writeSize, ReadSize: readSize, SndBuf: sndbuf, RcvBuf: rcvbuf, Reads: reads}
+	if statOK {
+		r.RecvCPU, r.SendCPU = recvCPU, sendCPU
+		r.CPUPerGB = (recvCPU + sendCPU) / (float64(n) / 1e9)
+	}
+	return r, nil
+}
+
+// senderCPU is the sender's CPU seconds so far; it clears ok when its stat file cannot be
+// read.
+func senderCPU(pid int, ok *bool) float64 {
+	s, err := proccpu.Seconds(pid)
+	if err != nil {
+		*ok = false
+	}
+	return s
 }
 
 func send(ctx context.Context, addr string, total int64, writeSize, sndbuf int) error {

@@ -26,9 +26,14 @@ type brokerRun struct {
 	dir  string
 }
 
-func (b *brokerRun) stop() {
+// stop stops the broker and removes its data directory, so that the next measurement
+// starts on a clean disk; the error says what could not be removed.
+func (b *brokerRun) stop() error {
 	b.srv.stop()
-	_ = os.RemoveAll(b.dir)
+	if err := os.RemoveAll(b.dir); err != nil {
+		return fmt.Errorf("removing the data directory of %s: %w", b.srv.name, err)
+	}
+	return nil
 }
 
 func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
@@ -47,7 +52,7 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 	}
 	b := &brokerRun{srv: srv, addr: addr, dir: dir}
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
-		b.stop()
+		_ = b.stop()
 		return nil, err
 	}
 	return b, nil
@@ -80,11 +85,11 @@ func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun
 	}
 	b := &brokerRun{srv: srv, addr: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: fmt.Sprintf("http://127.0.0.1:%d", mon), dir: dir}
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
-		b.stop()
+		_ = b.stop()
 		return nil, err
 	}
 	if err := waitPort(ctx, srv, mon, 15*time.Second); err != nil {
-		b.stop()
+		_ = b.stop()
 		return nil, err
 	}
 	return b, nil

@@ -15,10 +15,29 @@ type rowDef struct {
 	lowerBetter bool
 	noRatio     bool // a sanity figure, not a comparison
 	lightqOnly  bool // NATS's tool has no such figure: "-" on its side
-	target      *target
+	// ref: the LightQ column shows the value of the case's reference measurement
+	// (caseDef.ref), with no NATS figure and no ratio.
+	ref bool
+	// share: the row compares a value with a reference measured in the same rounds.
+	share  *shareDef
+	target *target
 }
 
-// target is a goal from the issue, checked on the medians.
+// shareDef makes a row a comparison with a reference measured in the same rounds (the disk,
+// raw TCP, the latency floor): the LightQ and NATS columns show the row's key in case num,
+// and the ratio column LightQ's value over the reference's, paired round by round: the
+// median of those ratios and their min-max. A target is checked on that median.
+type shareDef struct {
+	num          string // case of the row's key; "" = the row's own case
+	den, denSide string // the reference: case ("" = the row's own) and side ("lightq" or "ref")
+	denKey       string
+	of           string // what the ratio is read against: "TCP" gives "16% of TCP", "the floor" "3.20x the floor"
+	pct          bool   // a percentage rather than a multiple
+	title        string // the line's title; "" = the case's
+}
+
+// target is a goal from the issue, checked on the medians (on a share row: check gets the
+// median share and 1).
 type target struct {
 	text  string
 	check func(lq, nats float64) bool
@@ -28,21 +47,15 @@ func ratioAtLeast(x float64) *target {
 	return &target{text: fmt.Sprintf(">= %gx", x), check: func(l, n float64) bool { return n > 0 && l/n >= x }}
 }
 
-// caseDef is one measured case. nats is nil when NATS has no counterpart.
+// caseDef is one measured case. nats is nil when NATS has no counterpart; ref, when set, is
+// a reference measured just before LightQ's side in every round (so the two alternate), on
+// the LightQ side's terms (it runs when LightQ does).
 type caseDef struct {
 	id, family, title string
 	size              int
 	rows              []rowDef
-	lightq, nats      func(ctx context.Context) (sample, error)
+	lightq, nats, ref func(ctx context.Context) (sample, error)
 }
-
-// readBack says whether a durable case reads its messages back after producing them.
-type readBack int
-
-const (
-	produceOnly  readBack = iota // the publisher's rate only
-	thenReadBack                 // and then a consumer's, from the beginning
-)
 
 func plotCount(bytes, size int) int {
 	return min(max(bytes/size, 10_000), 1_000_000)
@@ -57,8 +70,12 @@ func (r *runner) cases() []caseDef {
 			{key: "delivered_pct", label: "% delivered (rest dropped: subscriber behind the ring)", noRatio: true}}
 	}
 	transient := func(size, msgs int, t *target, family string) caseDef {
+		rows := subRow(t)
+		if size == 1024 {
+			rows = append(rows, cpuGBRows()...)
+		}
 		return caseDef{id: fmt.Sprintf("transient-%d", size), family: family, size: size,
-			title: fmt.Sprintf("transient %d B (NATS core)", size), rows: subRow(t),
+			title: fmt.Sprintf("transient %d B (NATS core)", size), rows: rows,
 			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, size, msgs, 1) },
 			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, size, msgs, 1) }}
 	}
@@ -84,35 +101,7 @@ func (r *runner) cases() []caseDef {
 			},
 			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, 100, cfg.FanoutMsgs, k) }})
 	}
-	if want("durable") {
-		for _, size := range []int{100, 1024} {
-			var tp, ts *target
-			if size == 100 {
-				tp, ts = ratioAtLeast(10), ratioAtLeast(5)
-			}
-			out = append(out, caseDef{id: fmt.Sprintf("durable-%d", size), family: "durable", size: size,
-				title: fmt.Sprintf("durable %d B, acks=written (JetStream file, async pub)", size),
-				rows:  []rowDef{{key: "pub", label: "msgs/s produce", target: tp}, {key: "sub", label: "msgs/s read-back", target: ts}},
-				lightq: func(ctx context.Context) (sample, error) {
-					// interval=2m: acknowledged after the write, fsync every 2 min = JetStream's default.
-					return r.lqDurable(ctx, size, cfg.DurableMsgs, "interval=2m", "written", thenReadBack)
-				},
-				nats: func(ctx context.Context) (sample, error) {
-					return r.natsJS(ctx, size, cfg.DurableMsgs, "", thenReadBack)
-				}})
-		}
-	}
-	if want("fsync") {
-		out = append(out, caseDef{id: "fsync-100", family: "fsync", size: 100,
-			title: "durable 100 B, fsync before ack (fsync=always vs sync_interval=always)",
-			rows:  []rowDef{{key: "pub", label: "msgs/s produce", target: ratioAtLeast(100)}},
-			lightq: func(ctx context.Context) (sample, error) {
-				return r.lqDurable(ctx, 100, cfg.FsyncMsgs, "always", "durable", produceOnly)
-			},
-			nats: func(ctx context.Context) (sample, error) {
-				return r.natsJS(ctx, 100, cfg.FsyncMsgsNATS, "always", produceOnly)
-			}})
-	}
+	out = append(out, r.sustainedCases()...) // durable and fsync: sustained.go
 	if want("latency") {
 		rows := func(transient bool) []rowDef {
 			var t *target
@@ -135,13 +124,21 @@ func (r *runner) cases() []caseDef {
 				title: "latency, durable 100 B at " + rate + " (no NATS tool)", rows: rows(false),
 				lightq: func(ctx context.Context) (sample, error) { return r.lqLatency(ctx, wire.KindDurable) }},
 			caseDef{id: "latency-floor", family: "latency", size: 100,
-				title:  fmt.Sprintf("latency floor: paced producer -> plain Go relay -> consumer, 100 B at %dK msg/s x %v", cfg.LatencyRate/1000, cfg.LatencyDuration),
-				rows:   rows(false),
+				title: fmt.Sprintf("latency floor: paced producer -> plain Go relay -> consumer, 100 B at %dK msg/s x %v", cfg.LatencyRate/1000, cfg.LatencyDuration),
+				rows: append(rows(false), rowDef{key: "p99", label: "LightQ p99 / floor p99",
+					share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p99", of: "the floor", title: "latency, transient vs the floor"}}),
 				lightq: func(ctx context.Context) (sample, error) { return r.latencyFloor(ctx) }})
 	}
 	if want("tcp") {
 		out = append(out, caseDef{id: "tcp", family: "tcp", title: "raw TCP, 512 KiB writes, 1 MiB socket buffers",
-			rows:   []rowDef{{key: "mb", label: "MB/s (1e6 B)"}},
+			rows: []rowDef{{key: "mb", label: "MB/s (1e6 B)"},
+				{key: "sub_mb", label: "LightQ subscriber MB/s / TCP MB/s", target: &target{text: ">= 50% of TCP", check: func(q, _ float64) bool { return q >= 0.5 }},
+					share: &shareDef{num: "transient-1024", denSide: "lightq", denKey: "mb", of: "TCP", pct: true, title: "transient 1024 B vs raw TCP"}},
+				{key: "cpu_gb_send", label: "CPU s/GB, sender (measured interval)", lowerBetter: true},
+				{key: "cpu_gb_recv", label: "CPU s/GB, receiver", lowerBetter: true},
+				{key: "cpu_gb_total", label: "CPU s/GB, both (one loopback hop; a broker has two)", lowerBetter: true},
+				{key: "cpu_gb_total", label: "CPU s/GB, all three / raw TCP's (both)", lowerBetter: true,
+					share: &shareDef{num: "transient-1024", denSide: "lightq", denKey: "cpu_gb_total", of: "TCP's", title: "transient 1024 B CPU vs raw TCP"}}},
 			lightq: func(ctx context.Context) (sample, error) { return r.tcpLimit(ctx) }})
 	}
 	if want("sizes") {

@@ -4,6 +4,7 @@
 // ratio with its min and max over rounds.
 //
 //	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,fsync,latency,tcp,sizes]
+//	                       [-sustain-bytes 2GB] [-sustain-time 10s] [-work-dir DIR]
 //	                       [-doc docs/PERFORMANCE.md] [-svg docs/throughput-by-size.svg]
 //
 // The peer is pinned: nats-server v2.15.2 and the nats CLI v0.5.0 (its `nats bench` and
@@ -23,7 +24,8 @@
 // stderr: one line per measurement (key=value) and progress; stdout: the table.
 //
 // Files: cli.go (Config, flags, Main), run.go (Run: build, rounds, report), cases.go (the
-// cases, their rows and targets), lightq.go and nats.go (each side's clients per case),
+// cases, their rows and targets), sustained.go (the durable and fsync cases, the disk
+// reference, free space), lightq.go and nats.go (each side's clients per case),
 // floors.go (relaylat and blast, no broker), brokers.go (starting a fresh broker), peers.go
 // (the pinned NATS peers), measure.go (one measurement), proc.go (processes, CPU, noise),
 // report.go (table, doc section, raw file), svg.go (the plot).
@@ -40,6 +42,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lightq/lightq/internal/size"
 )
 
 // Config is what one comparison runs.
@@ -51,12 +55,16 @@ type Config struct {
 	QuietIdle  float64
 	QuietWait  time.Duration
 
-	Msgs100, Msgs1K  int // transient 1 pub 1 sub
-	FanoutMsgs       int // per subscriber
-	FanoutSubs       int
-	DurableMsgs      int
-	FsyncMsgs        int // LightQ fsync=always
-	FsyncMsgsNATS    int // JetStream sync_interval=always (~3K msg/s)
+	Msgs100, Msgs1K int // transient 1 pub 1 sub
+	FanoutMsgs      int // per subscriber
+	FanoutSubs      int
+	// The sustained durable cases: a LightQ measurement and the disk reference move
+	// SustainBytes, a NATS one publishes for at least SustainTime; their client runs are
+	// bounded by SustainTimeout.
+	SustainBytes     int64
+	SustainTime      time.Duration
+	SustainTimeout   time.Duration
+	WorkDir          string // where the brokers' data and the disk reference go ("" = the temp dir)
 	LatencyRate      int
 	LatencyDuration  time.Duration
 	LatencyLinger    string // lqbench --linger in the latency case
@@ -90,8 +98,8 @@ func defaultConfig() Config {
 	return Config{
 		Rounds: 3, Cases: allCases, Brokers: []string{"lightq", "nats"},
 		RunTimeout: 30 * time.Second, QuietIdle: 80, QuietWait: 30 * time.Second,
-		Msgs100: 1_000_000, Msgs1K: 300_000, FanoutMsgs: 300_000, FanoutSubs: 4,
-		DurableMsgs: 300_000, FsyncMsgs: 300_000, FsyncMsgsNATS: 50_000,
+		Msgs100: 1_000_000, Msgs1K: 1_000_000, FanoutMsgs: 300_000, FanoutSubs: 4,
+		SustainBytes: 2e9, SustainTime: 10 * time.Second, SustainTimeout: 3 * time.Minute,
 		LatencyRate: 50_000, LatencyDuration: 10 * time.Second, LatencyLinger: "-1ms",
 		TCPBytes: 2 << 30, PlotSizes: []int{16, 64, 256, 4096, 16384, 65536}, PlotBytes: 256 << 20,
 		JSBatch: 500, PeersBin: filepath.Join(cache, "lightq-compare", "bin"), Install: true,
@@ -116,9 +124,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Msgs1K, "msgs-1024", cfg.Msgs1K, "messages, 1024-byte transient")
 	fs.IntVar(&cfg.FanoutMsgs, "msgs-fanout", cfg.FanoutMsgs, "messages published in the fan-out case (each subscriber gets all)")
 	fs.IntVar(&cfg.FanoutSubs, "fanout", cfg.FanoutSubs, "subscribers in the fan-out case")
-	fs.IntVar(&cfg.DurableMsgs, "msgs-durable", cfg.DurableMsgs, "messages, durable acks=written")
-	fs.IntVar(&cfg.FsyncMsgs, "msgs-fsync", cfg.FsyncMsgs, "messages, LightQ fsync=always")
-	fs.IntVar(&cfg.FsyncMsgsNATS, "msgs-fsync-nats", cfg.FsyncMsgsNATS, "messages, JetStream sync_interval=always")
+	fs.Var((*size.Value)(&cfg.SustainBytes), "sustain-bytes", "durable and fsync cases: payload bytes each LightQ measurement and disk reference moves (with a unit: 2GB)")
+	fs.DurationVar(&cfg.SustainTime, "sustain-time", cfg.SustainTime, "durable and fsync cases: NATS publishes for at least this long")
+	fs.DurationVar(&cfg.SustainTimeout, "sustain-timeout", cfg.SustainTimeout, "bound on each client run of the durable and fsync cases")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the brokers' data and the disk reference (default: the temp dir; it must be on the disk to measure, not tmpfs)")
 	fs.IntVar(&cfg.LatencyRate, "latency-rate", cfg.LatencyRate, "messages per second in the latency case")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", cfg.LatencyDuration, "duration of the latency case")
 	fs.StringVar(&cfg.LatencyLinger, "latency-linger", cfg.LatencyLinger, "LightQ producer linger in the latency case (negative: a batch leaves as soon as an in-flight slot is free; lqbench's default is 1ms)")
@@ -131,6 +140,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.DocPath, "doc", "", "rewrite the generated section of this Markdown file (between compare:begin/end markers)")
 	fs.StringVar(&cfg.SVGPath, "svg", "", "write the throughput-by-size plot to this SVG file")
 	fs.StringVar(&cfg.RawPath, "raw", "", "write every measurement as JSON to this file")
+	smokeRun := fs.Bool("smoke", false, "every case in seconds: one round, tiny counts, no idle wait (checks the tool; its figures mean nothing); other flags still apply")
 	fromRaw := fs.String("from-raw", "", "measure nothing: render the table, -doc and -svg from a -raw file of an earlier run (pass the same case and count flags)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -138,16 +148,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *smokeRun {
+		// Shrink everything, then parse again so that flags given explicitly still win.
+		cfg = smoke(cfg)
+		_ = fs.Parse(args)
+	}
 	cfg.Cases = splitList(*cases)
 	cfg.Brokers = splitList(*brokers)
-	cfg.PlotSizes = nil
-	for _, s := range splitList(*plotSizes) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 16 {
-			fmt.Fprintf(stderr, "compare: -plot-sizes: %q is not a size >= 16\n", s)
-			return 2
+	if !*smokeRun || flagSet(fs, "plot-sizes") {
+		cfg.PlotSizes = nil
+		for _, s := range splitList(*plotSizes) {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 16 {
+				fmt.Fprintf(stderr, "compare: -plot-sizes: %q is not a size >= 16\n", s)
+				return 2
+			}
+			cfg.PlotSizes = append(cfg.PlotSizes, n)
 		}
-		cfg.PlotSizes = append(cfg.PlotSizes, n)
 	}
 	for _, c := range cfg.Cases {
 		if !contains(allCases, c) {
@@ -175,6 +192,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func splitList(s string) []string {

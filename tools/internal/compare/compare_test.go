@@ -23,16 +23,8 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the broker and runs it as a separate process")
 	}
-	cfg := defaultConfig()
-	cfg.Rounds = 1
+	cfg := smoke(defaultConfig())
 	cfg.Repo = "../../.."
-	cfg.QuietIdle = 0
-	cfg.RunTimeout = 60 * time.Second
-	cfg.Msgs100, cfg.Msgs1K, cfg.FanoutMsgs, cfg.FanoutSubs = 3000, 1000, 1000, 2
-	cfg.DurableMsgs, cfg.FsyncMsgs, cfg.FsyncMsgsNATS = 2000, 500, 50
-	cfg.LatencyRate, cfg.LatencyDuration = 2000, time.Second
-	cfg.TCPBytes = 8 << 20
-	cfg.PlotSizes, cfg.PlotBytes = []int{16, 4096}, 1 // 10,000 messages each (the minimum)
 	cfg.Install = false
 	cfg.Brokers = []string{"lightq"}
 	if dir := installedPeers(cfg.PeersBin); dir != "" {
@@ -60,12 +52,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%d measurement(s) failed", rep.failed)
 	}
 	for _, c := range rep.cases {
-		for _, side := range cfg.Brokers {
-			fn := c.lightq
-			if side == "nats" {
-				fn = c.nats
-			}
-			if fn == nil {
+		for _, side := range sides {
+			fn := map[string]func(context.Context) (sample, error){"ref": c.ref, "lightq": c.lightq, "nats": c.nats}[side]
+			if fn == nil || side == "nats" && !contains(cfg.Brokers, "nats") {
 				continue
 			}
 			s := rep.data[c.id][side]
@@ -74,6 +63,9 @@ func TestSmoke(t *testing.T) {
 				continue
 			}
 			for _, row := range c.rows {
+				if row.ref != (side == "ref") || row.share != nil && row.share.num != "" {
+					continue // another side's figure, or another case's
+				}
 				if side == "nats" && row.lightqOnly {
 					if v, ok := s[0][row.key]; ok {
 						t.Errorf("%s nats: %s = %v, NATS has no such figure", c.id, row.key, v)
@@ -86,14 +78,28 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	for _, l := range rep.lines() {
+		if l.of != "" && !(l.ratio > 0 && l.rmin <= l.ratio && l.ratio <= l.rmax) {
+			t.Errorf("%s / %s: share %v (%v-%v), want > 0 within its range", l.title, l.metric, l.ratio, l.rmin, l.rmax)
+		}
+	}
 	var table bytes.Buffer
 	rep.writeText(&table)
 	t.Logf("table:\n%s", table.String())
 	for _, want := range []string{"transient 100 B", "acks=none as NATS core", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
 		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99",
-		"x the floor (", "relay "} {
+		"x the floor (", "relay ", "produce then read back", "produce and consume at once", "% of the disk (", "disk reference MB/s (group-commit", "CPU s/GB, all three", "x TCP's ("} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
+		}
+	}
+	for _, side := range cfg.Brokers {
+		// The CPU per GB of the 1 KiB transient case: every process used some within the
+		// interval, and the parts add up.
+		s := rep.data["transient-1024"][side][0]
+		if s == nil || !(s["cpu_gb_broker"] > 0 && s["cpu_gb_pub"] > 0 && s["cpu_gb_sub"] > 0) ||
+			math.Abs(s["cpu_gb_broker"]+s["cpu_gb_pub"]+s["cpu_gb_sub"]-s["cpu_gb_total"]) > 1e-9 || !(s["cpu_window_s"] > 0 || side == "nats") {
+			t.Errorf("transient-1024 %s: CPU per GB %v", side, s)
 		}
 	}
 	if s := rep.data["latency-floor"]["lightq"][0]; s != nil && !(s["relay_cpu_pct"] > 0 && s["clients_cpu_pct"] > 0) {

@@ -61,11 +61,19 @@ func (r *runner) tcpLimit(ctx context.Context) (sample, error) {
 		}
 		var res struct {
 			MBPerSec float64 `json:"mb_per_sec"`
+			Bytes    float64 `json:"bytes"`
+			RecvCPU  float64 `json:"recv_cpu_s"`
+			SendCPU  float64 `json:"send_cpu_s"`
 		}
 		if err := json.Unmarshal(c.stdout.Bytes(), &res); err != nil {
 			return fmt.Errorf("blast output: %v", err)
 		}
 		m.s["mb"] = res.MBPerSec
+		// blast measures both processes' CPU over its own interval (first byte .. EOF).
+		if gb := res.Bytes / 1e9; gb > 0 && res.RecvCPU+res.SendCPU > 0 {
+			m.s["cpu_gb_send"], m.s["cpu_gb_recv"] = res.SendCPU/gb, res.RecvCPU/gb
+			m.s["cpu_gb_total"] = (res.SendCPU + res.RecvCPU) / gb
+		}
 		return nil
 	})
 }

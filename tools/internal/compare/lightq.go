@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,6 +30,9 @@ type lqResult struct {
 	P99        float64 `json:"p99_us"`
 	P999       float64 `json:"p999_us"`
 	Max        float64 `json:"max_us"`
+	// The measured interval on the wall clock (unix ns).
+	StartNs int64 `json:"start_unix_ns"`
+	EndNs   int64 `json:"end_unix_ns"`
 	// e2e at a fixed rate: latency from the actual send rather than the intended slot.
 	SendP50  float64 `json:"send_p50_us"`
 	SendP99  float64 `json:"send_p99_us"`
@@ -87,6 +91,7 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs 
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
+		m.sampleCPU()
 		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
 		sub := m.lqbench(ctx, "sub", "consume", "-t", "bench", "-s", sz, "-m", n, "--consumers", strconv.Itoa(subs), "--idle", "3s")
 		if err := sub.start(); err != nil {
@@ -120,43 +125,69 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs 
 		if s.Messages+int64(s.Dropped) < int64(msgs*subs) {
 			return fmt.Errorf("subscribers accounted for %d of %d messages", s.Messages+int64(s.Dropped), msgs*subs)
 		}
+		// CPU per GB delivered, from the first send to the last message received or acked.
+		m.cpuPerGB(p.StartNs, max(p.EndNs, s.EndNs), float64(s.Messages)*float64(size))
 		return nil
 	})
 }
 
-// lqDurable: produce to a durable topic, then (thenReadBack) read everything back from the
-// beginning.
-func (r *runner) lqDurable(ctx context.Context, size, msgs int, fsync, acks string, read readBack) (sample, error) {
+// lqDurable: a sustained durable case: -sustain-bytes of size-byte messages produced by
+// `lqbench produce` and consumed by `lqbench consume` from the beginning of the log, after
+// the producer is done (thenReadBack) or while it produces (atOnce: the consumer starts
+// first; whichever of the two comes first creates the topic, with the same options).
+func (r *runner) lqDurable(ctx context.Context, size int, fsync, acks string, sh shape) (sample, error) {
+	if err := r.checkDisk(); err != nil {
+		return nil, err
+	}
 	b, err := r.startLightQ(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
-		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
-		pub := m.lqbench(ctx, "pub", "produce", "-t", "bench", "--kind", "durable", "--fsync", fsync, "--acks", acks, "-s", sz, "-m", n)
-		if err := pub.run(); err != nil {
+		m.timeout = r.cfg.SustainTimeout
+		n := sustainMsgs(r.cfg.SustainBytes, size)
+		topic := []string{"-t", "bench", "--kind", "durable", "--fsync", fsync, "-s", strconv.Itoa(size), "-m", strconv.Itoa(n)}
+		consume := func() *client {
+			return m.lqbench(ctx, "sub", slices.Concat([]string{"consume"}, topic, []string{"--idle", "10s"})...)
+		}
+		var sub *client
+		if sh == atOnce {
+			sub = consume()
+			if err := sub.start(); err != nil {
+				return err
+			}
+		}
+		pub := m.lqbench(ctx, "pub", slices.Concat([]string{"produce"}, topic,
+			[]string{"--acks", acks, "--batch", strconv.Itoa(lqBatch), "--inflight", strconv.Itoa(lqInflight)})...)
+		perr := pub.run()
+		var serr error
+		switch {
+		case sub != nil && perr != nil:
+			sub.cancel()
+			_ = sub.wait()
+		case sub != nil:
+			serr = sub.wait()
+		case perr == nil:
+			sub = consume()
+			serr = sub.run()
+		}
+		if err := errors.Join(perr, serr); err != nil {
 			return err
 		}
 		p, err := parseLQ(pub)
 		if err != nil {
 			return err
 		}
-		m.s["pub"] = p.MsgsPerSec
-		if read == produceOnly {
-			return nil
-		}
-		sub := m.lqbench(ctx, "sub", "consume", "-t", "bench", "--kind", "durable", "-s", sz, "-m", n, "--idle", "3s")
-		if err := sub.run(); err != nil {
-			return err
-		}
 		s, err := parseLQ(sub)
 		if err != nil {
 			return err
 		}
-		if s.Messages != int64(msgs) {
-			return fmt.Errorf("read back %d of %d messages", s.Messages, msgs)
+		if p.Messages != int64(n) || s.Messages != int64(n) {
+			return fmt.Errorf("produced %d and consumed %d of %d messages", p.Messages, s.Messages, n)
 		}
+		m.s.setProduced(n, p.Seconds, size)
 		m.s["sub"] = s.MsgsPerSec
+		m.s["sub_mb"] = s.MsgsPerSec * float64(size) / 1e6
 		return nil
 	})
 }

@@ -16,6 +16,8 @@ type meas struct {
 	start   time.Time
 	srvCPU  float64
 	noise   *noiseMeter
+	timeout time.Duration // bound on each client run; 0 = -run-timeout
+	cpu     *cpuSampler   // set by sampleCPU: CPU seconds per GB over a measured interval
 }
 
 // measure runs body against a fresh broker b (stopped at the end) and fills in the CPU and
@@ -26,10 +28,17 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 	}
 	defer func() {
 		if b.srv != nil {
-			b.stop()
+			if err := b.stop(); err != nil {
+				r.logf("%v", err)
+			}
 		}
 	}()
 	m := &meas{r: r, b: b, s: sample{}, clients: map[string][]*client{}}
+	defer func() {
+		if m.cpu != nil {
+			m.cpu.close()
+		}
+	}()
 	idle := waitQuiet(ctx, r.cfg.QuietIdle, r.cfg.QuietWait, r.logf)
 	live := func() float64 { return 0 }
 	if b.srv != nil {
@@ -71,7 +80,21 @@ func (m *meas) client(ctx context.Context, role string, path string, args ...str
 	if baseName(path) == "lqbench" {
 		env = []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}
 	}
-	c := newClient(ctx, m.r.cfg.RunTimeout, env, path, args...)
+	timeout := m.timeout
+	if timeout == 0 {
+		timeout = m.r.cfg.RunTimeout
+	}
+	c := newClient(ctx, timeout, env, path, args...)
+	c.onStart = func(c *client) {
+		if m.cpu != nil {
+			m.cpu.track(role, c.cmd.Process.Pid, c.startedAt)
+		}
+	}
+	c.onExit = func(c *client) {
+		if m.cpu != nil {
+			m.cpu.exited(c.cmd.Process.Pid, c.exitedAt, c.cpuSeconds())
+		}
+	}
 	m.clients[role] = append(m.clients[role], c)
 	return c
 }

@@ -66,6 +66,7 @@ func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, er
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
+		m.sampleCPU()
 		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
 		sub := m.nats(ctx, "sub", "bench", "sub", "bench.core", "--msgs", n, "--size", sz, "--clients", strconv.Itoa(subs), "--no-progress")
 		if err := sub.start(); err != nil {
@@ -95,41 +96,88 @@ func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, er
 		// nats bench sub ends only once every subscriber has received --msgs messages.
 		m.s["delivered_pct"] = 100
 		m.s["sub_mb"] = m.s["sub"] * float64(size) / 1e6
+		// nats bench prints no times: CPU per GB from the publisher's start to the last
+		// client's exit (the publisher's start-up and connect fall inside).
+		m.cpuPerGB(pub.startedAt.UnixNano(), max(pub.exitedAt.UnixNano(), sub.exitedAt.UnixNano()), float64(msgs*subs)*float64(size))
 		return nil
 	})
 }
 
-// natsJS: JetStream file stream, async publish in batches, then (thenReadBack) an ordered
-// consumer reads everything, as peers.sh.
-func (r *runner) natsJS(ctx context.Context, size, msgs int, syncInterval string, read readBack) (sample, error) {
+// natsJS: a sustained durable case on a JetStream file stream (1 replica, async publish in
+// batches, as peers.sh): publish for at least -sustain-time, then (thenReadBack) an ordered
+// consumer reads everything. atOnce: publishing for a tenth of that (which also creates the
+// stream with nats bench's own settings) gives the rate and is purged; then the ordered
+// consumer starts and a publisher sends enough messages for -sustain-time while it reads.
+func (r *runner) natsJS(ctx context.Context, size int, syncInterval string, sh shape) (sample, error) {
+	if err := r.checkDisk(); err != nil {
+		return nil, err
+	}
 	b, err := r.startNATS(ctx, syncInterval)
 	if err != nil {
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
-		sz, n := strconv.Itoa(size), strconv.Itoa(msgs)
-		pub := m.nats(ctx, "pub", "bench", "js", "pub", "async", "bench.js", "--create", "--storage", "file", "--replicas", "1",
-			"--maxbytes", strconv.Itoa(msgs*(size+512)), "--batch", strconv.Itoa(r.cfg.JSBatch), "--msgs", n, "--size", sz, "--no-progress")
-		if err := pub.run(); err != nil {
-			return err
+		m.timeout = r.cfg.SustainTimeout
+		sz := strconv.Itoa(size)
+		publish := func(n int) (*client, float64, error) {
+			pub := m.nats(ctx, "pub", "bench", "js", "pub", "async", "bench.js", "--create", "--storage", "file", "--replicas", "1",
+				"--maxbytes", strconv.FormatInt(r.natsMaxBytes(), 10), "--batch", strconv.Itoa(r.cfg.JSBatch), "--msgs", strconv.Itoa(n), "--size", sz, "--no-progress")
+			if err := pub.run(); err != nil {
+				return pub, 0, err
+			}
+			rate, err := natsRate(clientOut(pub))
+			return pub, rate, err
 		}
-		p, err := natsRate(clientOut(pub))
-		if err != nil {
-			return err
+		ordered := func(n int) *client {
+			return m.nats(ctx, "sub", "bench", "js", "ordered", "--msgs", strconv.Itoa(n), "--size", sz, "--no-progress")
 		}
-		m.s["pub"] = p
-		if read == produceOnly {
-			return nil
-		}
-		sub := m.nats(ctx, "sub", "bench", "js", "ordered", "--msgs", n, "--size", sz, "--no-progress")
-		if err := sub.run(); err != nil {
-			return err
+		minSecs := r.cfg.SustainTime.Seconds()
+		var total int
+		var secs float64
+		var sub *client
+		switch sh {
+		case thenReadBack:
+			total, secs, err = natsProduceFor(minSecs, func(n int) (float64, error) {
+				_, rate, err := publish(n)
+				return rate, err
+			})
+			if err != nil {
+				return err
+			}
+			sub = ordered(total)
+			if err := sub.run(); err != nil {
+				return err
+			}
+		case atOnce:
+			n, t, err := natsProduceFor(natsCalibration(minSecs), func(n int) (float64, error) {
+				_, rate, err := publish(n)
+				return rate, err
+			})
+			if err != nil {
+				return err
+			}
+			if err := m.nats(ctx, "admin", "stream", "purge", "benchstream", "-f").run(); err != nil {
+				return err
+			}
+			total = natsAtOnceCount(float64(n)/t, minSecs)
+			sub = ordered(total)
+			if err := sub.start(); err != nil {
+				return err
+			}
+			_, rate, perr := publish(total)
+			serr := sub.wait()
+			if err := errors.Join(perr, serr); err != nil {
+				return err
+			}
+			secs = float64(total) / rate
 		}
 		s, err := natsRate(clientOut(sub))
 		if err != nil {
 			return err
 		}
+		m.s.setProduced(total, secs, size)
 		m.s["sub"] = s
+		m.s["sub_mb"] = s * float64(size) / 1e6
 		return nil
 	})
 }

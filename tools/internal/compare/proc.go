@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lightq/lightq/tools/internal/proccpu"
 )
 
 // server is a broker process started by this tool in its own process group.
@@ -74,26 +76,15 @@ func (s *server) cpuSeconds() float64 {
 	return procCPUSeconds(s.cmd.Process.Pid)
 }
 
-var clockTick = 100.0 // USER_HZ; 100 on every Linux the tool targets
+var clockTick = float64(proccpu.ClockTick) // USER_HZ, the unit of /proc/stat's times
 
 // procCPUSeconds reads utime+stime of a live process from /proc; 0 when unreadable.
 func procCPUSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s, err := proccpu.Seconds(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:]) // f[0] is the state, field 3 of stat
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64) // utime, field 14
-	k, _ := strconv.ParseFloat(f[12], 64) // stime, field 15
-	return (u + k) / clockTick
+	return s
 }
 
 // client is one benchmark client process, bounded by a timeout and killed with its process
@@ -104,6 +95,9 @@ type client struct {
 	stdout bytes.Buffer
 	stderr bytes.Buffer
 	cancel context.CancelFunc
+
+	startedAt, exitedAt time.Time     // set by start and wait
+	onStart, onExit     func(*client) // called after start and wait when set (CPU sampling)
 }
 
 func newClient(ctx context.Context, timeout time.Duration, env []string, path string, args ...string) *client {
@@ -120,9 +114,13 @@ func newClient(ctx context.Context, timeout time.Duration, env []string, path st
 }
 
 func (c *client) start() error {
+	c.startedAt = time.Now()
 	if err := c.cmd.Start(); err != nil {
 		c.cancel()
 		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	if c.onStart != nil {
+		c.onStart(c)
 	}
 	return nil
 }
@@ -130,6 +128,10 @@ func (c *client) start() error {
 func (c *client) wait() error {
 	defer c.cancel()
 	err := c.cmd.Wait()
+	c.exitedAt = time.Now()
+	if c.onExit != nil && c.cmd.ProcessState != nil {
+		c.onExit(c)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w; stderr: %s", c.name, err, tail(strings.TrimSpace(c.stderr.String()+"\n"+c.stdout.String()), 600))
 	}

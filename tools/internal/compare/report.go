@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,11 +93,16 @@ func ratioRange(a, b []float64) (lo, hi float64, ok bool) {
 
 // line is one row of the result table.
 type line struct {
-	title, metric         string
-	lq, nats              float64 // medians, NaN when missing
-	ratio, rmin, rmax     float64 // LightQ / NATS; NaN when missing
-	target, verdict, unit string
+	title, metric     string
+	lq, nats          float64 // medians, NaN when missing
+	ratio, rmin, rmax float64 // LightQ / NATS, or LightQ / the reference on a share line; NaN when missing
+	target, verdict   string
+	of                string // a share line: what the ratio is read against ("TCP")
+	pct               bool   // ... as a percentage
 }
+
+// sides are where a case's samples come from, in the order each round runs them.
+var sides = []string{"ref", "lightq", "nats"}
 
 func (r *report) lines() []line {
 	var out []line
@@ -105,54 +111,92 @@ func (r *report) lines() []line {
 			continue
 		}
 		for _, row := range c.rows {
-			lqv, nv := r.values(c.id, "lightq", row.key), r.values(c.id, "nats", row.key)
-			l := line{title: c.title, metric: row.label, lq: median(lqv), nats: median(nv), ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN()}
-			if lo, hi, ok := ratioRange(lqv, nv); ok && !row.noRatio {
-				l.ratio, l.rmin, l.rmax = l.lq/l.nats, lo, hi
+			switch {
+			case row.share != nil:
+				out = append(out, r.shareLine(c, row))
+			case row.ref:
+				out = append(out, line{title: c.title, metric: row.label, lq: median(r.values(c.id, "ref", row.key)),
+					nats: math.NaN(), ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN()})
+			default:
+				out = append(out, r.valueLine(c, row))
 			}
-			if row.target != nil {
-				l.target = row.target.text
-				switch {
-				case math.IsNaN(l.lq) || (c.nats != nil && math.IsNaN(l.nats) && !strings.Contains(row.target.text, "1000")):
-					l.verdict = "n/a"
-				case row.target.check(l.lq, nanToZero(l.nats)):
-					l.verdict = "met"
-				default:
-					l.verdict = "MISSED"
-				}
-			}
-			out = append(out, l)
-		}
-		if c.id == "latency-floor" {
-			// LightQ's transient p99 as a multiple of the floor's (both from the slot).
-			a, b := r.values("latency-transient", "lightq", "p99"), r.values("latency-floor", "lightq", "p99")
-			l := line{title: "latency, transient vs the floor", metric: "LightQ p99 / floor p99",
-				lq: median(a), nats: median(r.values("latency-transient", "nats", "p99")),
-				ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN(), unit: "floor"}
-			if lo, hi, ok := ratioRange(a, b); ok {
-				l.ratio, l.rmin, l.rmax = median(a)/median(b), lo, hi
-			}
-			out = append(out, l)
-		}
-		if c.id == "tcp" {
-			// 1024-byte transient delivery as a share of the raw TCP limit.
-			a, b := r.values("transient-1024", "lightq", "sub_mb"), r.values("tcp", "lightq", "mb")
-			l := line{title: "transient 1024 B vs raw TCP", metric: "LightQ subscriber MB/s / TCP MB/s",
-				lq: median(a), nats: median(r.values("transient-1024", "nats", "sub_mb")), target: ">= 50% of TCP",
-				ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN(), unit: "pct"}
-			if lo, hi, ok := ratioRange(a, b); ok {
-				l.ratio, l.rmin, l.rmax = median(a)/median(b), lo, hi
-				l.verdict = "MISSED"
-				if l.ratio >= 0.5 {
-					l.verdict = "met"
-				}
-			} else {
-				l.verdict = "n/a"
-			}
-			out = append(out, l)
 		}
 	}
 	return out
+}
+
+// valueLine is a row of LightQ's and NATS's figures and their ratio.
+func (r *report) valueLine(c caseDef, row rowDef) line {
+	lqv, nv := r.values(c.id, "lightq", row.key), r.values(c.id, "nats", row.key)
+	l := line{title: c.title, metric: row.label, lq: median(lqv), nats: median(nv), ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN()}
+	if lo, hi, ok := ratioRange(lqv, nv); ok && !row.noRatio {
+		l.ratio, l.rmin, l.rmax = l.lq/l.nats, lo, hi
+	}
+	if row.target != nil {
+		l.target = row.target.text
+		switch {
+		case math.IsNaN(l.lq) || (c.nats != nil && math.IsNaN(l.nats) && !strings.Contains(row.target.text, "1000")):
+			l.verdict = "n/a"
+		case row.target.check(l.lq, nanToZero(l.nats)):
+			l.verdict = "met"
+		default:
+			l.verdict = "MISSED"
+		}
+	}
+	return l
+}
+
+// shareLine is a row comparing a figure with a reference measured in the same rounds.
+func (r *report) shareLine(c caseDef, row rowDef) line {
+	sh := row.share
+	num, den := or(sh.num, c.id), or(sh.den, c.id)
+	a := r.values(num, "lightq", row.key)
+	l := line{title: or(sh.title, c.title), metric: row.label, lq: median(a), nats: median(r.values(num, "nats", row.key)),
+		ratio: math.NaN(), rmin: math.NaN(), rmax: math.NaN(), of: sh.of, pct: sh.pct}
+	if q, lo, hi, ok := pairedRatio(a, r.values(den, sh.denSide, sh.denKey)); ok {
+		l.ratio, l.rmin, l.rmax = q, lo, hi
+	}
+	if row.target != nil {
+		l.target, l.verdict = row.target.text, "n/a"
+		if !math.IsNaN(l.ratio) {
+			l.verdict = "MISSED"
+			if row.target.check(l.ratio, 1) {
+				l.verdict = "met"
+			}
+		}
+	}
+	return l
+}
+
+// pairedRatio divides a by b round by round and returns the median of the ratios and
+// their min and max; ok is false when no round has both.
+func pairedRatio(a, b []float64) (med, lo, hi float64, ok bool) {
+	var q []float64
+	for i := range a {
+		if i < len(b) && !math.IsNaN(a[i]) && !math.IsNaN(b[i]) && b[i] != 0 {
+			q = append(q, a[i]/b[i])
+		}
+	}
+	if len(q) == 0 {
+		return math.NaN(), math.NaN(), math.NaN(), false
+	}
+	return median(q), slices.Min(q), slices.Max(q), true
+}
+
+// or is s, or dflt when s is empty.
+func or(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
+}
+
+// fmtBytes prints a byte count in GB or MB (powers of 1000).
+func fmtBytes(n int64) string {
+	if n >= 1e9 {
+		return strconv.FormatFloat(float64(n)/1e9, 'f', -1, 64) + " GB"
+	}
+	return strconv.FormatFloat(float64(n)/1e6, 'f', -1, 64) + " MB"
 }
 
 func nanToZero(f float64) float64 {
@@ -195,11 +239,11 @@ func fmtRatio(l line) string {
 	if math.IsNaN(l.ratio) {
 		return "-"
 	}
-	switch l.unit {
-	case "pct":
-		return fmt.Sprintf("%.0f%% of TCP (%.0f-%.0f%%)", 100*l.ratio, 100*l.rmin, 100*l.rmax)
-	case "floor":
-		return fmt.Sprintf("%sx the floor (%s-%s)", fmtRatioNum(l.ratio), fmtRatioNum(l.rmin), fmtRatioNum(l.rmax))
+	switch {
+	case l.of != "" && l.pct:
+		return fmt.Sprintf("%.0f%% of %s (%.0f-%.0f%%)", 100*l.ratio, l.of, 100*l.rmin, 100*l.rmax)
+	case l.of != "":
+		return fmt.Sprintf("%sx %s (%s-%s)", fmtRatioNum(l.ratio), l.of, fmtRatioNum(l.rmin), fmtRatioNum(l.rmax))
 	}
 	return fmt.Sprintf("%sx (%s-%s)", fmtRatioNum(l.ratio), fmtRatioNum(l.rmin), fmtRatioNum(l.rmax))
 }
@@ -218,6 +262,7 @@ func (r *report) writeText(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t\n", l.title, l.metric, fmtNum(l.lq), fmtNum(l.nats), fmtRatio(l), l.target, l.verdict)
 	}
 	_ = tw.Flush()
+	fmt.Fprint(w, r.shortNote())
 	fmt.Fprintln(w)
 	r.writeCPUText(w)
 }
@@ -242,7 +287,7 @@ func (r *report) cpuCell(caseID, side string) string {
 
 func (r *report) noiseCell(caseID string) string {
 	others, steal := math.Inf(-1), math.Inf(-1)
-	for _, side := range []string{"lightq", "nats"} {
+	for _, side := range sides {
 		for _, s := range r.data[caseID][side] {
 			if s != nil {
 				others, steal = math.Max(others, s["others_cpu_pct"]), math.Max(steal, s["steal_pct"])
@@ -277,8 +322,8 @@ func (r *report) markdown() string {
 	if r.hasNATS {
 		fmt.Fprintf(&b, "Peer: nats-server %s, nats CLI %s. ", natsServerVersion, natsCLIVersion)
 	}
-	fmt.Fprintf(&b, "Counts: transient 100 B %d, 1024 B %d; fan-out %d x %d; durable %d; fsync=always LightQ %d, NATS %d; latency %d msg/s for %v; raw TCP %d MiB.\n\n",
-		c.Msgs100, c.Msgs1K, c.FanoutMsgs, c.FanoutSubs, c.DurableMsgs, c.FsyncMsgs, c.FsyncMsgsNATS, c.LatencyRate, c.LatencyDuration, c.TCPBytes>>20)
+	fmt.Fprintf(&b, "Counts: transient 100 B %d, 1024 B %d; fan-out %d x %d; durable and fsync=always: LightQ and the disk reference %s per measurement, NATS publishing for at least %v; latency %d msg/s for %v; raw TCP %d MiB.\n\n",
+		c.Msgs100, c.Msgs1K, c.FanoutMsgs, c.FanoutSubs, fmtBytes(c.SustainBytes), c.SustainTime, c.LatencyRate, c.LatencyDuration, c.TCPBytes>>20)
 	b.WriteString("| case | metric | LightQ | NATS | LightQ / NATS (min-max over rounds) | target |\n|---|---|---:|---:|---|---|\n")
 	for _, l := range r.lines() {
 		t := ""
@@ -286,6 +331,9 @@ func (r *report) markdown() string {
 			t = l.target + ": **" + l.verdict + "**"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", l.title, l.metric, fmtNum(l.lq), fmtNum(l.nats), fmtRatio(l), t)
+	}
+	if note := r.shortNote(); note != "" {
+		b.WriteString("\n" + note)
 	}
 	b.WriteString("\nCPU during each measurement (median over rounds, % of one core; the window runs from the first client's start to the last client's exit, so a phase that waits, such as a subscriber before the publisher starts, lowers it):\n\n")
 	b.WriteString("| case | LightQ | NATS | max CPU of others / stolen (% of machine) |\n|---|---|---|---|\n")
@@ -373,7 +421,7 @@ func (r *report) loadRaw(path string) error {
 func (r *report) writeRaw(path string) error {
 	var out []rawRecord
 	for _, c := range r.cases {
-		for _, side := range []string{"lightq", "nats"} {
+		for _, side := range sides {
 			for i, s := range r.data[c.id][side] {
 				if s != nil {
 					out = append(out, rawRecord{i + 1, c.id, side, s})

@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/lightq/lightq/tools/internal/diskfree"
 )
 
 // sample is one measurement: named values (rates in msgs/s, latencies in µs, CPU in % of
@@ -38,15 +41,15 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 		}
 		cfg.Repo = filepath.Dir(strings.TrimSpace(string(out)))
 	}
-	work, err := os.MkdirTemp("", "lightq-compare-")
+	work, err := os.MkdirTemp(cfg.WorkDir, workPrefix)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
 	r := &runner{cfg: cfg, bin: filepath.Join(work, "bin"), work: work, logf: logf}
 
-	logf("building lightq, lqbench, blast, relaylat")
-	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin+"/", "./cmd/lightq", "./cmd/lqbench", "./tools/blast", "./tools/relaylat")
+	logf("building lightq, lqbench, blast, relaylat, diskref")
+	build := exec.CommandContext(ctx, "go", "build", "-o", r.bin+"/", "./cmd/lightq", "./cmd/lqbench", "./tools/blast", "./tools/relaylat", "./tools/diskref")
 	build.Dir = cfg.Repo
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
@@ -61,17 +64,28 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 		logf("nats-server %s and nats CLI %s from %s", natsServerVersion, natsCLIVersion, filepath.Dir(r.natsServerPath))
 	}
 	cases := r.cases()
+	if slices.ContainsFunc(cases, isSustained) {
+		if err := r.checkDisk(); err != nil {
+			return nil, fmt.Errorf("refusing to start: %w", err)
+		}
+		if diskfree.InMemory(work) {
+			logf("WARNING: %s is on tmpfs: the durable cases would measure memory, not a disk (pass -work-dir)", work)
+		}
+	}
 	rep := newReport(cfg, cases)
 	rep.hasNATS = r.natsServerPath != ""
 	start := time.Now()
 	for round := 0; round < cfg.Rounds; round++ {
 		for _, c := range cases {
-			for _, side := range []string{"lightq", "nats"} {
-				fn := c.lightq
-				if side == "nats" {
-					fn = c.nats
+			for _, side := range sides {
+				fn, runs := c.lightq, contains(cfg.Brokers, "lightq")
+				switch side {
+				case "ref":
+					fn = c.ref
+				case "nats":
+					fn, runs = c.nats, r.natsServerPath != "" && contains(cfg.Brokers, "nats")
 				}
-				if fn == nil || (side == "nats" && r.natsServerPath == "") || !contains(cfg.Brokers, side) {
+				if fn == nil || !runs {
 					continue
 				}
 				if err := ctx.Err(); err != nil {
