@@ -21,9 +21,11 @@
 //
 // The concatenation of record batches exactly as producers sent them (wire/batch.go), with
 // the base offset rewritten to the partition offset of the batch's first record. Nothing
-// else: no file header, no padding. The CRC-32C covers bytes 16 to the end of each batch, so
-// rewriting the base offset keeps it valid. A zero-filled region is never a valid batch
-// (length 0 < 44, magic 0), so zeroed space reads as the end of the log.
+// else: no file header, no padding. Batches of both magics (wire/batch.go) may follow each
+// other in one segment; the magic at byte 16 tells them apart. The CRC-32C covers bytes 16
+// to the end of each batch (magic 2: but the leader epoch at 20-23), so rewriting the base
+// offset (and the leader epoch) keeps it valid. A zero-filled region is never a valid batch
+// (length 0 < 44, magic 0), so zeroed space reads as the end of the log. Magic 1:
 //
 //	 0        8        12       16  17  18    20       24       32       40       44
 //	+--------+--------+--------+---+---+-----+--------+--------+--------+--------+---------

@@ -449,7 +449,7 @@ func protocolExamples() []protocolExample {
 			a.concat(annotatedBatch(0, fetchRecs))
 		})),
 		wireFrame(wire.OpFetch, resp, 11, &wire.FetchResponse{HighWatermark: 1, Batches: wireBatch(0, fetchRecs)}))
-	return ex
+	return append(ex, idempotenceExamples()...)
 }
 
 // renderHex formats an annotated frame for PROTOCOL.md: one field per line (16 bytes at most a
