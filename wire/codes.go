@@ -16,6 +16,12 @@ var (
 	ErrBatchTooLarge = errors.New("record batch too large")
 	// ErrMessageTooLarge: one record's key, value and headers exceed MaxMessage.
 	ErrMessageTooLarge = errors.New("message too large")
+
+	// The refusals of idempotent produce (PROTOCOL.md section 15): CodeOf maps them to
+	// OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED and UNKNOWN_PRODUCER.
+	ErrOutOfOrderSequence = errors.New("out of order sequence")
+	ErrProducerFenced     = errors.New("producer fenced")
+	ErrUnknownProducer    = errors.New("unknown producer")
 )
 
 // Code is an error code carried by an ERROR frame. NEVER renumber: codes are part of the wire
@@ -51,6 +57,10 @@ const (
 	CodeTooMuchInput        Code = 26 // input piled up while a request held the connection; fatal
 	CodeTimeout             Code = 27 // a frame not completed in time, or an idle connection; fatal
 	CodeTooManyConnections  Code = 28 // the broker's or the client address's connection cap; fatal
+	// 29-30 are reserved for access roles.
+	CodeOutOfOrderSequence Code = 31 // an idempotent batch's base sequence is not the next expected; nothing stored
+	CodeProducerFenced     Code = 32 // a newer epoch of the producer id has written the partition; nothing stored
+	CodeUnknownProducer    Code = 33 // the broker holds no state of the producer id (new, expired, lost); nothing stored
 )
 
 type codeInfo struct {
@@ -87,6 +97,9 @@ var codeTable = map[Code]codeInfo{
 	CodeTooMuchInput:        {"TOO_MUCH_INPUT", true},
 	CodeTimeout:             {"TIMEOUT", true},
 	CodeTooManyConnections:  {"TOO_MANY_CONNECTIONS", true},
+	CodeOutOfOrderSequence:  {"OUT_OF_ORDER_SEQUENCE", false},
+	CodeProducerFenced:      {"PRODUCER_FENCED", false},
+	CodeUnknownProducer:     {"UNKNOWN_PRODUCER", false},
 }
 
 func (c Code) String() string {
@@ -99,10 +112,13 @@ func (c Code) String() string {
 // Fatal reports whether the broker closes the connection after an ERROR with this code.
 func (c Code) Fatal() bool { return codeTable[c].fatal }
 
+// maxCode is the highest code defined or reserved.
+const maxCode = 64
+
 // Codes lists every defined code in numeric order (for documentation tests).
 func Codes() []Code {
 	out := make([]Code, 0, len(codeTable))
-	for c := Code(1); int(c) <= len(codeTable)+1; c++ {
+	for c := Code(1); c <= maxCode; c++ {
 		if _, ok := codeTable[c]; ok {
 			out = append(out, c)
 		}
@@ -150,6 +166,12 @@ func CodeOf(err error) Code {
 		return CodeMessageTooLarge
 	case errors.Is(err, ErrMalformed):
 		return CodeMalformedFrame
+	case errors.Is(err, ErrOutOfOrderSequence):
+		return CodeOutOfOrderSequence
+	case errors.Is(err, ErrProducerFenced):
+		return CodeProducerFenced
+	case errors.Is(err, ErrUnknownProducer):
+		return CodeUnknownProducer
 	}
 	return CodeInternal
 }

@@ -38,6 +38,7 @@ const (
 	OpMetadata       Op = 0x12
 	OpStats          Op = 0x13
 	OpProduce        Op = 0x20
+	OpInitProducer   Op = 0x21
 	OpSubscribe      Op = 0x30
 	OpUnsubscribe    Op = 0x31
 	OpCredit         Op = 0x32
@@ -51,7 +52,7 @@ const (
 var opNames = map[Op]string{
 	OpHello: "HELLO", OpAuth: "AUTH", OpPing: "PING", OpError: "ERROR",
 	OpCreateTopic: "CREATE_TOPIC", OpDeleteTopic: "DELETE_TOPIC", OpMetadata: "METADATA",
-	OpStats: "STATS", OpProduce: "PRODUCE", OpSubscribe: "SUBSCRIBE",
+	OpStats: "STATS", OpProduce: "PRODUCE", OpInitProducer: "INIT_PRODUCER", OpSubscribe: "SUBSCRIBE",
 	OpUnsubscribe: "UNSUBSCRIBE", OpCredit: "CREDIT", OpDeliver: "DELIVER", OpFetch: "FETCH",
 	OpListOffsets: "LIST_OFFSETS", OpCommitOffset: "COMMIT_OFFSET",
 	OpFetchCommitted: "FETCH_COMMITTED",

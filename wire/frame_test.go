@@ -272,19 +272,25 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 17 {
-		t.Errorf("%d known ops, want 17", known)
+	if known != 18 {
+		t.Errorf("%d known ops, want 18", known)
 	}
 }
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 28 {
-		t.Fatalf("%d codes, want 28", len(codes))
+	// 1..28 without gaps, then the idempotent producer's 31-33 (29-30 are reserved).
+	var want []wire.Code
+	for c := wire.Code(1); c <= 28; c++ {
+		want = append(want, c)
+	}
+	want = append(want, wire.CodeOutOfOrderSequence, wire.CodeProducerFenced, wire.CodeUnknownProducer)
+	if len(codes) != len(want) {
+		t.Fatalf("%d codes, want %d", len(codes), len(want))
 	}
 	for i, c := range codes {
-		if c != wire.Code(i+1) {
-			t.Fatalf("Codes()[%d] = %d: codes must be 1..28 without gaps", i, c)
+		if c != want[i] {
+			t.Fatalf("Codes()[%d] = %d, want %d", i, c, want[i])
 		}
 	}
 	fatal := map[wire.Code]bool{

@@ -69,6 +69,9 @@ func bodyCases() []struct {
 		{"OffsetResponse", &wire.OffsetResponse{Offset: -1}, func() wireBody { return new(wire.OffsetResponse) }, 0},
 		{"CommitOffset", &wire.CommitOffset{Group: "g", Topic: "audit", Partition: 1, Offset: 42}, func() wireBody { return new(wire.CommitOffset) }, 0},
 		{"FetchCommitted", &wire.FetchCommitted{Group: "g", Topic: "audit", Partition: 1}, func() wireBody { return new(wire.FetchCommitted) }, 0},
+		{"InitProducer new", &wire.InitProducer{PreviousID: wire.NoProducer, PreviousEpoch: wire.NoProducer}, func() wireBody { return new(wire.InitProducer) }, 0},
+		{"InitProducer bump", &wire.InitProducer{PreviousID: 1 << 62, PreviousEpoch: 32767}, func() wireBody { return new(wire.InitProducer) }, 0},
+		{"InitProducerResponse", &wire.InitProducerResponse{ProducerID: 4097, ProducerEpoch: 3, Window: 5, ExpiryMs: 86400000}, func() wireBody { return new(wire.InitProducerResponse) }, 0},
 	}
 }
 
@@ -160,6 +163,14 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"CommitOffset group with ESC", func() wireBody { return new(wire.CommitOffset) }, body(str("\x1b[0m"), str("t"), u32(0), i64(0))},
 		{"FetchCommitted empty group", func() wireBody { return new(wire.FetchCommitted) }, body(str(""), str("t"), u32(0))},
 		{"FetchCommitted group with C1 control", func() wireBody { return new(wire.FetchCommitted) }, body(str("g\u0085"), str("t"), u32(0))},
+		{"InitProducer id without epoch", func() wireBody { return new(wire.InitProducer) }, body(i64(5), u16(0xffff))},
+		{"InitProducer epoch without id", func() wireBody { return new(wire.InitProducer) }, body(i64(-1), u16(0))},
+		{"InitProducer id -2", func() wireBody { return new(wire.InitProducer) }, body(i64(-2), u16(0xffff))},
+		{"InitProducer short", func() wireBody { return new(wire.InitProducer) }, i64(-1)},
+		{"InitProducer long", func() wireBody { return new(wire.InitProducer) }, body(i64(-1), u16(0xffff), u8(0))},
+		{"InitProducerResponse negative id", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(-1), u16(0), u16(5), u32(1000))},
+		{"InitProducerResponse negative epoch", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(1), u16(0x8000), u16(5), u32(1000))},
+		{"InitProducerResponse window 0", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(1), u16(0), u16(0), u32(1000))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,6 +88,27 @@ func idempotenceExamples() []protocolExample {
 		{ts: exampleTS, key: "k1", value: "hello"},
 		{ts: exampleTS + 5, key: "", value: "world", headers: [][2]string{{"trace", "abc"}}},
 	}
+	add("init-producer-request",
+		frame(wire.OpInitProducer, 0, 20, body(func(a *annotated) {
+			a.i64(-1, "previous producer id -1 (a new producer)")
+			a.u16(0xffff, "previous epoch -1")
+		})),
+		wireFrame(wire.OpInitProducer, 0, 20, &wire.InitProducer{PreviousID: wire.NoProducer, PreviousEpoch: wire.NoProducer}))
+	add("init-producer-response",
+		frame(wire.OpInitProducer, wire.FlagResponse, 20, body(func(a *annotated) {
+			a.i64(prod.id, "producer id %d", prod.id)
+			a.u16(uint16(prod.epoch), "producer epoch %d", prod.epoch)
+			a.u16(8, "window 8 batches per partition")
+			a.u32(86400000, "expiry 86400000 ms (24 h)")
+		})),
+		wireFrame(wire.OpInitProducer, wire.FlagResponse, 20, &wire.InitProducerResponse{ProducerID: prod.id, ProducerEpoch: prod.epoch, Window: 8, ExpiryMs: 86400000}))
+	const oooMsg = "producer 4097 epoch 0 partition 1: base sequence 40, expected 38 (a gap): nothing stored"
+	add("error-out-of-order-sequence",
+		frame(wire.OpError, 0, 21, body(func(a *annotated) {
+			a.u16(31, "code 31 OUT_OF_ORDER_SEQUENCE")
+			a.str(oooMsg, "message")
+		})),
+		wireFrame(wire.OpError, 0, 21, &wire.ErrorBody{Code: wire.CodeOutOfOrderSequence, Message: oooMsg}))
 	add("produce-request-idempotent",
 		frame(wire.OpProduce, 0, 21, body(func(a *annotated) {
 			a.str("orders", "topic name")

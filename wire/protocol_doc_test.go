@@ -210,6 +210,8 @@ var bodyTypes = []struct {
 	{wire.OpStats, true, func() wireBody { return new(wire.StatsResponse) }},
 	{wire.OpProduce, false, func() wireBody { return new(wire.Produce) }},
 	{wire.OpProduce, true, func() wireBody { return new(wire.ProduceResponse) }},
+	{wire.OpInitProducer, false, func() wireBody { return new(wire.InitProducer) }},
+	{wire.OpInitProducer, true, func() wireBody { return new(wire.InitProducerResponse) }},
 	{wire.OpSubscribe, false, func() wireBody { return new(wire.Subscribe) }},
 	{wire.OpSubscribe, true, func() wireBody { return new(wire.SubscribeResponse) }},
 	{wire.OpUnsubscribe, false, func() wireBody { return new(wire.Unsubscribe) }},
