@@ -27,10 +27,10 @@ type outcome int
 const (
 	stored outcome = iota
 	dup
-	gap         // ErrOutOfOrderSequence
-	fenced      // ErrProducerFenced
-	unknown     // ErrUnknownProducer
-	tooMany     // ErrTooManyProducers
+	gap     // ErrOutOfOrderSequence
+	fenced  // ErrProducerFenced
+	unknown // ErrUnknownProducer
+	tooMany // ErrTooManyProducers
 )
 
 func hdr(id int64, epoch int16, seq int32, count uint32) wire.BatchHeader {
@@ -117,7 +117,7 @@ func TestTable(t *testing.T) {
 				s = append(s, step{id: 1, seq: int32(i), count: 1})
 			}
 			return append(s,
-				step{id: 1, seq: 1, count: 1, want: dup, dupBase: 101},       // the oldest held
+				step{id: 1, seq: 1, count: 1, want: dup, dupBase: 101},          // the oldest held
 				step{id: 1, seq: 0, count: 1, want: gap, msg: "already stored"}, // pushed out
 			)
 		}()},
