@@ -102,7 +102,8 @@ func idempotenceExamples() []protocolExample {
 			a.u32(86400000, "expiry 86400000 ms (24 h)")
 		})),
 		wireFrame(wire.OpInitProducer, wire.FlagResponse, 20, &wire.InitProducerResponse{ProducerID: prod.id, ProducerEpoch: prod.epoch, Window: 8, ExpiryMs: 86400000}))
-	const oooMsg = "producer 4097 epoch 0 partition 1: base sequence 40, expected 38 (a gap): nothing stored"
+	// The broker's text: broker.TestIdempotentProduceExamples checks that it answers this.
+	const oooMsg = "out of order sequence: producer 4097 epoch 0 in partition 1 of orders: base sequence 40, expected 38 (a gap): nothing stored"
 	add("error-out-of-order-sequence",
 		frame(wire.OpError, 0, 21, body(func(a *annotated) {
 			a.u16(31, "code 31 OUT_OF_ORDER_SEQUENCE")
