@@ -76,8 +76,8 @@ type Config struct {
 	// Idempotent produce (PROTOCOL.md section 15). ProducerExpiry: a producer id's state in
 	// a partition is dropped after this long without a batch there (1 s to 30 days).
 	// MaxProducersPerPartition and MaxProducers cap the states (each about 250 bytes of
-	// memory, and as much in each snapshot at a durable segment roll), per partition and in
-	// the whole broker; a batch that would start a new state past either is answered
+	// memory, and up to 148 bytes in each snapshot at a durable segment roll), per partition
+	// and in the whole broker; a batch that would start a new state past either is answered
 	// RESOURCE_LIMIT.
 	ProducerExpiry           time.Duration
 	MaxProducersPerPartition int

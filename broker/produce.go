@@ -90,7 +90,8 @@ func (c *conn) ringRefusal(corr uint32, t *topic, err error) {
 //
 // It returns false, having consumed nothing, for any frame the general path must answer:
 // not a PRODUCE a ready connection may send, a body or topic that is not right, a durable
-// topic, an oversized batch. Those go through handle, which gives the same answers it always
+// topic, an oversized batch, a batch with a producer id that is a duplicate or would be
+// refused (see idempotence.go). Those go through handle, which gives the same answers it always
 // did. Only the batch's own errors are answered here, with the codes handleProduce gives.
 // The batch is checked as handleProduce checks it: header and CRC (wire.ParseBatch), then
 // every record (the loop's RecordValidator, decompressing a compressed batch into the loop's

@@ -187,8 +187,6 @@ func fixCRC(b []byte) {
 	binary.BigEndian.PutUint32(b[12:], wire.BatchChecksum(b))
 }
 
-func crc32c(b []byte) uint32 { return wire.Checksum(b) }
-
 func TestChecksumIsCRC32C(t *testing.T) {
 	// The standard CRC-32C check value.
 	if got := wire.Checksum([]byte("123456789")); got != 0xe3069283 {
