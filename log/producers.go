@@ -63,7 +63,11 @@ func (o *ProducerOptions) config(dir string) producerstate.Config {
 
 // checkProducer decides about a batch with a producer id. l.mu held.
 func (l *Log) checkProducer(h *wire.BatchHeader, now int64) (producerstate.Result, error) {
-	return l.producers.Check(h, now)
+	res, err := l.producers.Check(h, now)
+	if err != nil {
+		l.producerStates.Store(int64(l.producers.Len())) // Check may have dropped expired states
+	}
+	return res, err
 }
 
 // recordProducer notes a stored batch with a producer id. l.mu held.
