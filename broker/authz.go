@@ -62,6 +62,8 @@ var opNeeds = [256]need{
 	wire.OpMetadata: needAnyRole, wire.OpStats: needAnyRole,
 
 	wire.OpProduce: needProduce,
+	// INIT_PRODUCER names no topic: each PRODUCE it numbers is checked on its own.
+	wire.OpInitProducer: needLogin,
 
 	wire.OpSubscribe: needConsume, wire.OpFetch: needConsume, wire.OpListOffsets: needConsume,
 	wire.OpCommitOffset: needConsume, wire.OpFetchCommitted: needConsume,

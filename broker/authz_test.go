@@ -331,6 +331,17 @@ var authzOps = []authzOp{
 		}
 		return code
 	}},
+	{"INIT_PRODUCER", wire.OpInitProducer, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		m := wire.InitProducer{PreviousID: wire.NoProducer, PreviousEpoch: wire.NoProducer}
+		code, body := request(t, c, wire.OpInitProducer, m.AppendTo(nil))
+		if code == 0 {
+			var resp wire.InitProducerResponse
+			if err := resp.Decode(body); err != nil || resp.ProducerID < 0 {
+				t.Errorf("INIT_PRODUCER answer %+v, %v", resp, err)
+			}
+		}
+		return code
+	}},
 	{"SUBSCRIBE", wire.OpSubscribe, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
 		m := wire.Subscribe{Topic: "tq", Partition: wire.PartitionAny, Credit: 1 << 20}
 		code, _ := request(t, c, wire.OpSubscribe, m.AppendTo(nil))
@@ -484,6 +495,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"STATS all":         listAll,
 		"PRODUCE transient": produce,
 		"PRODUCE durable":   produce,
+		"INIT_PRODUCER":     listAll, // a login is enough
 		"SUBSCRIBE":         consume,
 		"UNSUBSCRIBE":       ownSubs,
 		"CREDIT":            ownSubs,

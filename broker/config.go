@@ -80,6 +80,19 @@ type Config struct {
 
 	ShutdownDrain time.Duration
 
+	// Idempotent produce (PROTOCOL.md section 15). ProducerExpiry: a producer id's state in
+	// a partition is dropped after this long without a batch there (1 s to 30 days).
+	// MaxProducersPerPartition and MaxProducers cap the states (each about 250 bytes of
+	// memory, and up to 148 bytes in each snapshot at a durable segment roll), per partition
+	// and in the whole broker; a batch that would start a new state past either is answered
+	// RESOURCE_LIMIT.
+	ProducerExpiry           time.Duration
+	MaxProducersPerPartition int
+	MaxProducers             int
+	// producerIDBlock is how many producer ids one fsync of the producer-ids file reserves
+	// (default 65536; tests make it small).
+	producerIDBlock int64
+
 	// The worker pools run what would block an event loop. A request that finds its pool's
 	// queue full is answered RESOURCE_LIMIT (retry later).
 	// AuthPool runs AUTH and the admin changes (topics, users, roles): argon2 (each run uses
@@ -119,6 +132,9 @@ func DefaultConfig() Config {
 		MaxCommittedOffsets:         1_000_000,
 		MaxUsers:                    10_000,
 		MaxGrants:                   100_000,
+		ProducerExpiry:              24 * time.Hour,
+		MaxProducersPerPartition:    10_000,
+		MaxProducers:                100_000,
 		AuthPool:                    PoolSize{Workers: 2, Queue: 256},
 		IOPool:                      PoolSize{Workers: 4, Queue: 4096},
 		MetaPool:                    PoolSize{Workers: 2, Queue: 4096},
@@ -172,8 +188,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max committed offsets per topic and per broker must be at least 1")
 	case c.MaxUsers < 1 || c.MaxGrants < 1:
 		return fmt.Errorf("max users and max grants must be at least 1")
+	case c.ProducerExpiry < time.Second || c.ProducerExpiry > maxProducerExpiry:
+		return fmt.Errorf("producer expiry %v outside [1s, 720h] (30 days)", c.ProducerExpiry)
+	case c.MaxProducersPerPartition < 1 || c.MaxProducers < 1:
+		return fmt.Errorf("max producers per partition and per broker must be at least 1")
 	}
 	return nil
 }
+
+// maxProducerExpiry keeps the expiry within INIT_PRODUCER's u32 of milliseconds.
+const maxProducerExpiry = 30 * 24 * time.Hour
 
 func (p PoolSize) valid() bool { return p.Workers >= 1 && p.Queue >= 1 }

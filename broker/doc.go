@@ -37,12 +37,17 @@
 //  4. ring.Ring.mu, then a ring slot's mu (see package ring). A DELIVER writev runs under a
 //     slot's read lock, and gnet may run OnClose inside it, which takes Server.connsMu; so
 //     OnClose must not take topic.mu there, and conn.onClose defers the release of the
-//     subscriptions until the slot is released (see conn.onClose).
+//     subscriptions until the slot is released (see conn.onClose). Under Ring.mu (between
+//     Reserve and Commit): partition.idemMu, a transient partition's producer state.
+//  5. producerIDs.fileMu (reserving a block of producer ids, on the meta pool), then
+//     producerIDs.mu.
 //
 // Leaves, under which nothing else is taken: conn.mu (completions and durable acks),
 // Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
 // gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
+// partition.idemMu (taken alone, or under Ring.mu; by the ticker's sweep and STATS alone),
+// producerIDs.mu (never held across I/O; INIT_PRODUCER takes it on the loop),
 // workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, loopStates.mu (a
 // connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
 // never held across I/O; commit callbacks run after it is released; the topic-to-store map

@@ -120,11 +120,12 @@ func partitionDir(dataDir, topic string, p int) string {
 
 // openDurable opens (recovering) the log of one partition and starts its syncer. A partition
 // that cannot be recovered is returned with err set, so the rest of the topic still works.
-func openDurable(dir string, shape durableShape, part *partition, logf func(string, ...any)) *durablePart {
+func openDurable(dir string, shape durableShape, part *partition, producers qlog.ProducerOptions, logf func(string, ...any)) *durablePart {
 	d := &durablePart{shape: shape, part: part, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	part.logf = logf
 	opts := shape.logOpts
 	opts.Logf = logf
+	opts.Producers = producers
 	l, err := qlog.Open(dir, opts)
 	if err != nil {
 		d.err = fmt.Errorf("partition %d cannot be served: %w", part.id, err)
@@ -188,10 +189,15 @@ func (d *durablePart) syncer() {
 		defer t.Stop()
 		retention = t.C
 	}
+	sweep := time.NewTicker(producerSweepInterval)
+	defer sweep.Stop()
 	for {
 		closing := false
 		select {
 		case <-d.kick:
+		case <-sweep.C:
+			d.log.ExpireProducers() // off the loops: it may wait for a roll's fsyncs
+			continue
 		case <-tick:
 		case <-retention:
 			if err := d.log.EnforceRetention(); err != nil {

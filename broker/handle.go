@@ -49,6 +49,8 @@ func (c *conn) handle(h wire.Header, body []byte) {
 	switch h.Op {
 	case wire.OpProduce:
 		c.handleProduce(h.Corr, body)
+	case wire.OpInitProducer:
+		c.handleInitProducer(h.Corr, body)
 	case wire.OpSubscribe:
 		c.handleSubscribe(h.Corr, body)
 	case wire.OpCredit:

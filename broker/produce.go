@@ -3,8 +3,10 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lightq/lightq/broker/ring"
+	qlog "github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -41,26 +43,43 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeOf(err), err.Error())
 		return
 	}
+	if bt.HasProducer() && m.Partition == wire.PartitionAny {
+		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("PRODUCE: a batch with producer id %d sent to partition -1: its sequence numbers are per partition, so it must name one", bt.ProducerID))
+		return
+	}
 	p := t.partitionFor(m.Partition)
 	if p == nil {
 		c.sendError(corr, wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0-%d, not %d", t.name, len(t.parts)-1, m.Partition))
 		return
 	}
-	if p.dlog != nil {
-		c.produceDurable(corr, t, p, &m, bt.RecordCount)
+	if bt.HasProducer() && !c.idempotentOK(corr, t, m.Acks, &bt.BatchHeader) {
+		return
+	}
+	wire.SetBatchLeaderEpoch(m.Batch, leaderEpoch)
+	switch {
+	case p.dlog != nil:
+		c.produceDurable(corr, t, p, &m, &bt)
+		return
+	case bt.HasProducer():
+		c.produceTransientIdempotent(corr, t, p, &m, &bt)
 		return
 	}
 	first, err := p.ring.Append(m.Batch, bt.RecordCount)
 	if err != nil {
-		t.stats.rejected.Add(1)
-		if errors.Is(err, ring.ErrTooLarge) {
-			c.sendError(corr, wire.CodeMessageTooLarge, err.Error())
-		} else {
-			c.sendError(corr, wire.CodeInternal, err.Error())
-		}
+		c.ringRefusal(corr, t, err)
 		return
 	}
 	c.producedTransient(corr, t, p, m.Acks, len(m.Batch), bt.RecordCount, first)
+}
+
+// ringRefusal answers a batch a ring refused.
+func (c *conn) ringRefusal(corr uint32, t *topic, err error) {
+	t.stats.rejected.Add(1)
+	if errors.Is(err, ring.ErrTooLarge) {
+		c.sendError(corr, wire.CodeMessageTooLarge, err.Error())
+	} else {
+		c.sendError(corr, wire.CodeInternal, err.Error())
+	}
 }
 
 // produceDirect stores the PRODUCE frame of size bytes at the head of the input, which gnet
@@ -71,7 +90,8 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 //
 // It returns false, having consumed nothing, for any frame the general path must answer:
 // not a PRODUCE a ready connection may send, a body or topic that is not right, a durable
-// topic, an oversized batch. Those go through handle, which gives the same answers it always
+// topic, an oversized batch, a batch with a producer id that is a duplicate or would be
+// refused (see idempotence.go). Those go through handle, which gives the same answers it always
 // did. Only the batch's own errors are answered here, with the codes handleProduce gives.
 // The batch is checked as handleProduce checks it: header and CRC (wire.ParseBatch), then
 // every record (the loop's RecordValidator, decompressing a compressed batch into the loop's
@@ -86,7 +106,7 @@ func (c *conn) produceDirect(size int) bool {
 	if !c.helloDone || c.principal == nil || c.srv.stopping.Load() {
 		return false
 	}
-	head, err := c.gc.Peek(min(size, wire.HeaderSize+wire.MaxProduceHeader))
+	head, err := c.gc.Peek(min(size, wire.HeaderSize+wire.MaxProduceHeader+wire.MaxBatchHeaderSize))
 	if err != nil {
 		return false
 	}
@@ -111,9 +131,29 @@ func (c *conn) produceDirect(size int) bool {
 		batchLen > t.parts[0].ring.MaxBatch() {
 		return false
 	}
+	// A batch with a producer id (magic 2) goes on here only if it is to be stored: a
+	// duplicate or a refusal is answered by the general path, without making room in the
+	// ring. The header is peeked before a partition is chosen, for the same reason as above.
+	var idem wire.BatchHeader
+	idempotent, now := false, int64(0)
+	if bh := head[wire.HeaderSize+hl:]; len(bh) >= wire.BatchHeaderSize2 && bh[16] == wire.BatchMagic2 {
+		if idem, err = wire.PeekBatchHeader(bh); err != nil {
+			return false
+		}
+		idempotent = idem.HasProducer()
+		if idempotent && (m.Acks == wire.AcksNone || !c.srv.pids.handedOut(idem.ProducerID) || m.Partition == wire.PartitionAny) {
+			return false
+		}
+	}
 	p := t.partitionFor(m.Partition)
 	if p == nil {
 		return false
+	}
+	if idempotent {
+		now = time.Now().UnixMilli()
+		if res, err := p.checkTransient(c.srv, t, &idem, now); err != nil || res.Duplicate {
+			return false
+		}
 	}
 
 	// Committed to this path: consume the frame.
@@ -140,6 +180,24 @@ func (c *conn) produceDirect(size int) bool {
 		c.sendError(corr, wire.CodeOf(err), err.Error())
 		return true
 	}
+	if bt.HasProducer() {
+		if !idempotent { // the header peeked and the header checked differ: refuse
+			p.ring.Abort()
+			c.sendError(corr, wire.CodeInternal, "batch header changed while it was read")
+			return true
+		}
+		res, err := p.admitTransient(c.srv, t, &bt.BatchHeader, p.ring.ReservedFirst(), now)
+		if err != nil || res.Duplicate {
+			p.ring.Abort()
+			if err != nil {
+				c.sendProducerRefusal(corr, t, err)
+			} else {
+				c.answerDuplicate(corr, t, p, m.Acks, res.Base, bt.RecordCount)
+			}
+			return true
+		}
+	}
+	wire.SetBatchLeaderEpoch(dst, leaderEpoch)
 	first := p.ring.Commit(bt.RecordCount)
 	c.producedTransient(corr, t, p, m.Acks, batchLen, bt.RecordCount, first)
 	return true
@@ -172,9 +230,12 @@ func (c *conn) producedTransient(corr uint32, t *topic, p *partition, acks wire.
 }
 
 // produceDurable appends a batch to a durable partition's log (a write into the page cache,
-// on this loop) and answers now, or once the syncer has fsynced it.
-func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produce, count uint32) {
+// on this loop) and answers now, or once the syncer has fsynced it. The log checks a batch
+// with a producer id against the partition's producer state: a duplicate is answered with
+// the original base offset (qlog.ErrDuplicate), a refusal with its code.
+func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produce, bt *wire.Batch) {
 	d := p.dlog
+	count := bt.RecordCount
 	if d.err != nil {
 		t.stats.rejected.Add(1)
 		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, d.err)
@@ -182,8 +243,15 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	}
 	base, err := d.log.Append(m.Batch, count)
 	if err != nil {
-		t.stats.rejected.Add(1)
-		c.sendStorageError(corr, t.name, p.id, err)
+		switch {
+		case err == qlog.ErrDuplicate:
+			c.answerDuplicate(corr, t, p, m.Acks, base, count)
+		case isProducerRefusal(err):
+			c.sendProducerRefusal(corr, t, err)
+		default:
+			t.stats.rejected.Add(1)
+			c.sendStorageError(corr, t.name, p.id, err)
+		}
 		return
 	}
 	t.stats.msgsIn.Add(uint64(count))

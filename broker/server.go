@@ -18,6 +18,7 @@ import (
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
 	"github.com/lightq/lightq/broker/workpool"
+	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -49,6 +50,9 @@ type Server struct {
 	offsets  *offsetStore
 	loops    loopStates // per-event-loop scratch (record validation); see loopState
 
+	pids           *producerIDs          // INIT_PRODUCER's ids (producerids.go)
+	producerBudget *producerstate.Budget // caps producer states in all partitions (Config.MaxProducers)
+
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
 	adminMu      sync.Mutex // serialises topic and user changes
@@ -77,6 +81,7 @@ type Server struct {
 
 	timeoutScan     time.Duration // how often the ticker looks for read and idle timeouts
 	lastTimeoutScan time.Time     // ticker goroutine only
+	lastSweep       time.Time     // ticker goroutine only: when expired producer states were dropped
 
 	refusalLogNext   atomic.Int64 // unix ns before which refused connections are not logged
 	refusalsUnlogged atomic.Int64 // refused connections not logged since the last line
@@ -89,6 +94,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
 	store, err := meta.Open(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := openProducerIDs(cfg.DataDir, cfg.producerIDBlock)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 		preauth:   map[*conn]time.Time{},
 		transfers: map[*conn]struct{}{},
 	}
+	s.pids, s.producerBudget = pids, producerstate.NewBudget(cfg.MaxProducers)
 	s.timeoutScan = timeoutScanInterval(&cfg)
 	s.accounts.Store(&accountTable{})
 	if from := store.MigratedFrom(); from != 0 {
@@ -388,6 +398,10 @@ func (s *Server) tick() time.Duration {
 	checkDeadlines := now.Sub(s.lastCheck) >= deadlineInterval
 	if checkDeadlines {
 		s.lastCheck = now
+	}
+	if now.Sub(s.lastSweep) >= producerSweepInterval {
+		s.lastSweep = now
+		s.sweepProducers(now)
 	}
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lightq/lightq/broker/ring"
+	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -40,6 +41,13 @@ type partition struct {
 	wakers      atomic.Pointer[[]*conn]
 	waiterCount map[*conn]int
 	queueGroups map[string]*queueGroup // under topic.mu
+
+	// idem is a transient partition's producer state (idempotent produce; a durable
+	// partition's is in its log), created with the first batch with a producer id. idemMu
+	// guards it; it is a leaf, taken alone or under the ring's writer lock (between
+	// Reserve and Commit), never across I/O.
+	idemMu sync.Mutex
+	idem   *producerstate.Table
 }
 
 // queueGroup is a queue group's shared position in one partition: members claim batches from
@@ -56,6 +64,7 @@ type queueGroup struct {
 type topicStats struct {
 	msgsIn, bytesIn, msgsOut, bytesOut atomic.Uint64
 	batchesIn, rejected, dropped       atomic.Uint64
+	duplicates                         atomic.Uint64 // batches answered as already stored
 	publishers, subscribers            atomic.Int64
 }
 
@@ -128,10 +137,16 @@ func (t *topic) queueSize() uint64 {
 	return n
 }
 
-// closeLogs stops the syncers and closes the logs of a durable topic.
+// closeLogs stops the syncers and closes the logs of a durable topic, and gives back the
+// producer states of a transient one (the topic is going away).
 func (t *topic) closeLogs() error {
 	var first error
 	for _, p := range t.parts {
+		p.idemMu.Lock()
+		if p.idem != nil {
+			p.idem.Release()
+		}
+		p.idemMu.Unlock()
 		if p.dlog != nil {
 			if err := p.dlog.close(); err != nil && first == nil {
 				first = err
@@ -154,7 +169,27 @@ func (t *topic) counters() []wire.Counter {
 		{Name: "queue_size", Value: t.queueSize()},
 		{Name: "dropped_messages", Value: s.dropped.Load()},
 		{Name: "rejected_batches", Value: s.rejected.Load()},
+		{Name: "duplicate_batches", Value: s.duplicates.Load()},
+		{Name: "producer_states", Value: uint64(t.producerStates())},
 	}
+}
+
+// producerStates is the number of producer states the topic's partitions hold.
+func (t *topic) producerStates() int {
+	n := 0
+	for _, p := range t.parts {
+		switch {
+		case p.dlog != nil && p.dlog.log != nil:
+			n += p.dlog.log.ProducerStates()
+		case p.ring != nil:
+			p.idemMu.Lock()
+			if p.idem != nil {
+				n += p.idem.Len()
+			}
+			p.idemMu.Unlock()
+		}
+	}
+	return n
 }
 
 func (t *topic) metadata() wire.TopicMetadata {

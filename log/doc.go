@@ -11,6 +11,7 @@
 //	00000000000000000000.index      sparse offset index (sealed segments only)
 //	00000000000000000000.timeindex  sparse time index (sealed segments only)
 //	00000000000000004711.log        ...the last segment is the active one
+//	00000000000000004711.producers  producer state as of offset 4711 (written at the roll)
 //	checkpoint                      durable-position checkpoint
 //	<segment>.log.broken.<nanos>    bytes cut from a torn tail, kept for inspection
 //
@@ -21,9 +22,11 @@
 //
 // The concatenation of record batches exactly as producers sent them (wire/batch.go), with
 // the base offset rewritten to the partition offset of the batch's first record. Nothing
-// else: no file header, no padding. The CRC-32C covers bytes 16 to the end of each batch, so
-// rewriting the base offset keeps it valid. A zero-filled region is never a valid batch
-// (length 0 < 44, magic 0), so zeroed space reads as the end of the log.
+// else: no file header, no padding. Batches of both magics (wire/batch.go) may follow each
+// other in one segment; the magic at byte 16 tells them apart. The CRC-32C covers bytes 16
+// to the end of each batch (magic 2: but the leader epoch at 20-23), so rewriting the base
+// offset (and the leader epoch) keeps it valid. A zero-filled region is never a valid batch
+// (length 0 < 44, magic 0), so zeroed space reads as the end of the log. Magic 1:
 //
 //	 0        8        12       16  17  18    20       24       32       40       44
 //	+--------+--------+--------+---+---+-----+--------+--------+--------+--------+---------
@@ -73,6 +76,18 @@
 // once per Options.CheckpointInterval (one extra small fsync), roll and Close always do. It
 // exists only to tell a torn tail from media corruption (below).
 //
+// # Producer state snapshot (.producers)
+//
+// The deduplication state of idempotent produce (batches with a producer id, magic 2) as it
+// was when the segment of the same name was created: it reflects every batch below that
+// offset. The format is package producerstate's (CRC-32C, whole or nothing). It is written
+// at each roll (temp file, fsync, rename, before the new segment exists; the roll's
+// directory fsync covers it), the two newest are kept, and retention deletes one with its
+// segment. Open loads the newest valid one and scans the batch headers after it (the active
+// segment, normally, which recovery reads anyway); a damaged or missing one falls back to
+// an older one or to a scan of every segment. The state needs no file of its own to be
+// right: every batch carries its producer fields, so the log is its record.
+//
 // # Durability and roll
 //
 // Append writes the batch with one positioned write; Sync fsyncs the active segment
@@ -119,6 +134,9 @@
 // worker, not an event loop.
 // StartOffset, NextOffset and DurableOffset are lock-free atomics. EnforceRetention removes
 // segments from the list under the locks, then unlinks the files without them.
+//
+// The producer state is guarded by Log.mu: Append checks a batch's sequence, writes it and
+// records it in one critical section.
 //
 // Lock order: Log.syncMu → Log.retMu → Log.mu → Log.segMu → checkpointer.mu (a leaf).
 // Segment files are reference counted: one reference for the log while the segment is

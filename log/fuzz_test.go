@@ -26,6 +26,15 @@ func FuzzRecover(f *testing.F) {
 		valid = append(valid, b...)
 	}
 	f.Add(valid)
+	// Both magics in one segment, with a producer's batches in sequence.
+	mixed := bytes.Clone(valid)
+	for i := range 3 {
+		b := producerBatch(rng, 4, 0, int32(3*i), 3, 30)
+		wire.SetBaseOffset(b, off)
+		off += 3
+		mixed = append(mixed, b...)
+	}
+	f.Add(mixed)
 	f.Add(valid[:len(valid)-7])
 	f.Add(append(append([]byte(nil), valid...), make([]byte, 100)...))
 	f.Add([]byte{})
@@ -49,6 +58,7 @@ func FuzzRecover(f *testing.F) {
 			t.Fatal("recovered file is not a prefix of the input")
 		}
 		got := readAll(t, l)
+		states := l.ProducerStates()
 		l.Close()
 		if cs, err := Verify(dir, opts.FS, opts.MaxBatch); err != nil || len(cs) != 0 {
 			t.Fatalf("Verify: %v %v", cs, err)
@@ -56,6 +66,9 @@ func FuzzRecover(f *testing.F) {
 		l = mustOpen(t, dir, opts)
 		defer l.Close()
 		sameBatches(t, readAll(t, l), got)
+		if l.ProducerStates() != states {
+			t.Fatalf("%d producer states after a reopen, %d before", l.ProducerStates(), states)
+		}
 	})
 }
 

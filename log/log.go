@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/log/vfs"
 	"github.com/lightq/lightq/wire"
 )
@@ -46,6 +47,9 @@ type Options struct {
 	CheckpointInterval time.Duration
 	Now                func() time.Time                 // clock, default time.Now
 	Logf               func(format string, args ...any) // recovery and corruption reports; default none
+	// Producers configures the deduplication of batches with a producer id (see
+	// producers.go and ErrDuplicate).
+	Producers ProducerOptions
 }
 
 const (
@@ -111,6 +115,14 @@ type Log struct {
 
 	cp checkpointer // has its own leaf lock
 
+	// producers is the producer state of idempotent produce, snaps the bases of the snapshot
+	// files kept (ascending), snapBuf the encoding scratch: all guarded by mu.
+	// producerStates mirrors producers.Len() for lock-free readers.
+	producers      *producerstate.Table
+	snaps          []int64
+	snapBuf        []byte
+	producerStates atomic.Int64
+
 	start   atomic.Int64
 	next    atomic.Int64
 	durable atomic.Int64
@@ -135,6 +147,13 @@ func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
 // records. It rewrites the batch's base offset in place in the caller's slice, writes it with
 // one write, rolls the segment first when needed, and returns the base offset.
 //
+// A batch with a producer id (magic 2) is first checked against the producer's state: a
+// duplicate of one of its last batches returns that batch's base offset with ErrDuplicate
+// and writes nothing; a batch out of sequence, of a fenced epoch or of an unknown producer,
+// or one that would start a state past a cap, is refused with an error wrapping
+// wire.ErrOutOfOrderSequence, wire.ErrProducerFenced, wire.ErrUnknownProducer or
+// producerstate.ErrTooManyProducers (see package producerstate).
+//
 // Errors: ErrStorageFull when the disk is full (the partial bytes are cut back, so the file
 // ends at the last whole batch; retry later), ErrBroken (sticky) after an I/O error the log
 // cannot reason about, ErrClosed. Safe for concurrent use: Appends are serialised.
@@ -157,6 +176,17 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 	case recordCount == 0 || h.RecordCount != recordCount:
 		return 0, fmt.Errorf("log: append: %w: record count %d, header says %d", wire.ErrCorruptBatch, recordCount, h.RecordCount)
 	}
+	var now int64
+	if h.HasProducer() {
+		now = l.opts.Now().UnixMilli()
+		res, err := l.checkProducer(&h, now)
+		switch {
+		case err != nil:
+			return 0, err
+		case res.Duplicate:
+			return res.Base, ErrDuplicate
+		}
+	}
 	seg := l.active()
 	if seg.size > 0 && (seg.size+int64(size) > l.opts.SegmentBytes ||
 		l.opts.SegmentAge > 0 && l.opts.Now().Sub(seg.created) >= l.opts.SegmentAge) {
@@ -175,6 +205,9 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 	seg.add(base, recordCount, size, h.MaxTimestamp, l.opts.IndexIntervalBytes)
 	l.next.Store(base + int64(recordCount))
 	l.segMu.Unlock()
+	if h.HasProducer() {
+		l.recordProducer(&h, base, now)
+	}
 	return base, nil
 }
 
@@ -266,6 +299,7 @@ func (l *Log) roll() error {
 		l.opts.Logf("log %s: writing the index of %s (rebuilt at the next start): %v", l.dir, old.path, err)
 	}
 	base := l.next.Load()
+	l.snapshotProducers(base)
 	path := filepath.Join(l.dir, segmentName(base, logSuffix))
 	f, err := l.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -315,6 +349,8 @@ func (l *Log) Close() error {
 	l.closed = true
 	segs := l.segs
 	l.segMu.Unlock()
+	l.producers.Release()
+	l.producerStates.Store(0)
 	for _, s := range segs {
 		s.release()
 	}

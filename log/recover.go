@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -29,10 +30,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{dir: dir, opts: opts, fsys: opts.FS}
+	l.producers = producerstate.New(opts.Producers.config(dir))
 	if err := l.fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("log: %w", err)
 	}
-	bases, err := l.listSegments()
+	bases, snapshots, err := l.listSegments()
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +71,9 @@ func Open(dir string, opts Options) (*Log, error) {
 			}
 		}
 	}
-	act, err := l.recoverActive(bases[len(bases)-1], cp, haveCP)
+	now := l.opts.Now().UnixMilli()
+	l.loadProducers(snapshots, bases[len(bases)-1], now)
+	act, err := l.recoverActive(bases[len(bases)-1], cp, haveCP, now)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +96,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.start.Store(l.segs[0].base)
 	l.next.Store(act.next)
 	l.durable.Store(act.next)
+	l.producerStates.Store(int64(l.producers.Len()))
 	ok = true
 	return l, nil
 }
@@ -102,16 +107,17 @@ func (l *Log) closeFiles() {
 		s.release()
 	}
 	l.cp.close()
+	l.producers.Release()
 }
 
-// listSegments returns the base offsets of the segment files, sorted, after removing temp
-// files and index files whose segment is gone.
-func (l *Log) listSegments() ([]int64, error) {
+// listSegments returns the base offsets of the segment files and of the producer state
+// snapshots, sorted, after removing temp files, and index files and snapshots whose segment
+// is gone.
+func (l *Log) listSegments() (bases, snapshots []int64, _ error) {
 	ents, err := l.fsys.ReadDir(l.dir)
 	if err != nil {
-		return nil, fmt.Errorf("log: %w", err)
+		return nil, nil, fmt.Errorf("log: %w", err)
 	}
-	var bases []int64
 	have := map[int64]bool{}
 	for _, e := range ents {
 		if base, ok := parseSegmentName(e.Name(), logSuffix); ok {
@@ -125,15 +131,20 @@ func (l *Log) listSegments() ([]int64, error) {
 		if !isIndex {
 			base, isIndex = parseSegmentName(name, timeIndexSuffix)
 		}
-		if strings.HasSuffix(name, tmpSuffix) || isIndex && !have[base] {
+		snapBase, isSnap := parseSegmentName(name, producersSuffix)
+		if isSnap && have[snapBase] {
+			snapshots = append(snapshots, snapBase)
+		}
+		if strings.HasSuffix(name, tmpSuffix) || isIndex && !have[base] || isSnap && !have[snapBase] {
 			l.opts.Logf("log %s: removing leftover %s", l.dir, name)
 			if err := l.fsys.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("log: %w", err)
+				return nil, nil, fmt.Errorf("log: %w", err)
 			}
 		}
 	}
 	slices.Sort(bases)
-	return bases, nil
+	slices.Sort(snapshots)
+	return bases, snapshots, nil
 }
 
 func checkContinuous(prev, s *segment) error {
@@ -239,8 +250,9 @@ func (l *Log) walkTail(s *segment) error {
 }
 
 // recoverActive opens the active segment and validates every batch in it, repairing a torn
-// tail. cp is the newest checkpoint (valid when haveCP).
-func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool) (*segment, error) {
+// tail, and adds the producer fields of the batches it keeps to the producer state (as seen
+// at now). cp is the newest checkpoint (valid when haveCP).
+func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool, now int64) (*segment, error) {
 	path := filepath.Join(l.dir, segmentName(base, logSuffix))
 	// Index files of the active segment may be stale (a roll whose new segment was lost);
 	// they are written again when it is sealed.
@@ -276,6 +288,9 @@ func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool) (*segment, e
 			break
 		}
 		s.add(bt.BaseOffset, bt.RecordCount, bt.Size(), bt.MaxTimestamp, l.opts.IndexIntervalBytes)
+		if bt.HasProducer() {
+			l.producers.Record(&bt.BatchHeader, bt.BaseOffset, now)
+		}
 		pos += int64(bt.Size())
 	}
 	if bad == nil {

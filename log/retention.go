@@ -53,7 +53,7 @@ func (l *Log) EnforceRetention() error {
 	var errs []error
 	for _, s := range dead {
 		l.opts.Logf("log %s: retention: deleting %s (offsets %d to %d, %d bytes)", l.dir, s.path, s.base, s.next-1, s.size)
-		for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix, producersSuffix} {
 			err := l.fsys.Remove(filepath.Join(l.dir, segmentName(s.base, suf)))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)

@@ -19,6 +19,7 @@ const (
 	timeIndexSuffix = ".timeindex"
 	tmpSuffix       = ".tmp"
 	brokenInfix     = ".broken."
+	producersSuffix = ".producers" // producer state snapshot, named by the offset it covers up to
 	checkpointName  = "checkpoint"
 	segmentNameLen  = 20 // zero-padded decimal base offset
 )

@@ -33,7 +33,10 @@ type BatchInfo struct {
 	Size           int
 	FirstTimestamp int64
 	MaxTimestamp   int64
-	Err            error // nil when the batch is valid, its base offset included
+	// Header is the batch's whole header (magic, leader epoch, producer fields) when the
+	// batch is valid; zero otherwise.
+	Header wire.BatchHeader
+	Err    error // nil when the batch is valid, its base offset included
 }
 
 // Verify scans every segment in dir fully: each batch's length, CRC and header, and base
@@ -64,8 +67,8 @@ func Dump(w io.Writer, dir string, fsys vfs.FS, maxBatch int) error {
 		if b.Err != nil {
 			status = "BAD: " + b.Err.Error()
 		}
-		printf("  pos=%d offset=%d count=%d size=%d first=%s max=%s %s\n", b.Pos, b.BaseOffset, b.Count, b.Size,
-			fmtMillis(b.FirstTimestamp), fmtMillis(b.MaxTimestamp), status)
+		printf("  pos=%d offset=%d count=%d size=%d first=%s max=%s%s %s\n", b.Pos, b.BaseOffset, b.Count, b.Size,
+			fmtMillis(b.FirstTimestamp), fmtMillis(b.MaxTimestamp), fmtFormat(&b.Header), status)
 	}, func(path string, size int64) {
 		printf("segment %s (%d bytes)\n", filepath.Base(path), size)
 	})
@@ -73,6 +76,18 @@ func Dump(w io.Writer, dir string, fsys vfs.FS, maxBatch int) error {
 		return err
 	}
 	return werr
+}
+
+// fmtFormat describes what a batch's magic adds: nothing for magic 1 (or an invalid batch);
+// the leader epoch and the producer fields for magic 2.
+func fmtFormat(h *wire.BatchHeader) string {
+	if h.Magic != wire.BatchMagic2 {
+		return ""
+	}
+	if !h.HasProducer() {
+		return fmt.Sprintf(" magic=2 leader-epoch=%d producer=none", h.LeaderEpoch)
+	}
+	return fmt.Sprintf(" magic=2 leader-epoch=%d producer=%d epoch=%d seq=%d-%d", h.LeaderEpoch, h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.LastSequence())
 }
 
 func fmtMillis(ms int64) string {
@@ -134,9 +149,10 @@ func scanDir(dir string, fsys vfs.FS, maxBatch int, batch func(path string, b Ba
 				break
 			}
 			info := BatchInfo{Pos: pos, BaseOffset: bt.BaseOffset, Count: bt.RecordCount, Size: size,
-				FirstTimestamp: bt.FirstTimestamp, MaxTimestamp: bt.MaxTimestamp}
+				FirstTimestamp: bt.FirstTimestamp, MaxTimestamp: bt.MaxTimestamp, Header: bt.BatchHeader}
 			switch {
 			case berr != nil:
+				info.Header = wire.BatchHeader{}
 				info.BaseOffset = wire.PeekBatchHeaderUnchecked(buf).BaseOffset
 				info.Err = fmt.Errorf("%w: %v", ErrCorrupt, berr)
 				expect = -1 // its record count is not to be trusted: resynchronise on the next batch

@@ -4,21 +4,46 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
-// Record batch layout (big-endian). NEVER CHANGE these constants: this is the wire format and
-// the on-disk format of durable topics; the broker stores batches byte for byte as they came.
+// Record batch layouts (big-endian). NEVER CHANGE these constants: they are the wire format
+// and the on-disk format of durable topics; the broker stores batches byte for byte as they
+// came. Two formats exist, told apart by the magic byte, which both keep at byte 16 (so do
+// base offset and batch length), so that one peek at 17 bytes tells them apart and a log may
+// hold both.
+//
+// Magic 1 (44-byte header):
 //
 //	 0        8        12       16  17  18    20       24              32              40       44
 //	+--------+--------+--------+---+---+-----+--------+---------------+---------------+--------+-------
 //	| base   | batch  | crc32c |mag|att|rsvd | record | first         | max           | records| records
-//	| offset | length |        |   |   |     | count  | timestamp ms  | timestamp ms  | size   | ...
+//	| offset | length |        | 1 |   |     | count  | timestamp ms  | timestamp ms  | size   | ...
 //	+--------+--------+--------+---+---+-----+--------+---------------+---------------+--------+-------
 //
 // base offset is the only field the broker rewrites, so the CRC-32C (Castagnoli) covers bytes
-// 16 to the end. batch length counts the bytes after the length field. records size is the size
-// of the records section once decompressed (equal to its stored size when the codec is none),
-// so a reader can check it against its limit before decompressing.
+// 16 to the end.
+//
+// Magic 2 (64-byte header) adds what the log must remember by itself: the producer's id,
+// epoch and base sequence (idempotent produce), and a leader epoch that the broker writes:
+//
+//	 0        8        12       16  17  18    20       24       28              36              44
+//	+--------+--------+--------+---+---+-----+--------+--------+---------------+---------------+--------
+//	| base   | batch  | crc32c |mag|att|rsvd | leader | record | first         | max           | records
+//	| offset | length |        | 2 |   |     | epoch  | count  | timestamp ms  | timestamp ms  | size
+//	+--------+--------+--------+---+---+-----+--------+--------+---------------+---------------+--------
+//	 48                56     58    60       64
+//	+-----------------+------+-----+--------+-------
+//	| producer id     | prod.| rsvd| base   | records
+//	| i64 (-1 none)   | epoch|     | seq    | ...
+//	+-----------------+------+-----+--------+-------
+//
+// base offset and leader epoch are the fields the broker rewrites, so the CRC-32C covers bytes
+// 16-19 and 24 to the end. In both formats batch length counts the bytes after the length
+// field, and records size is the size of the records section once decompressed (equal to its
+// stored size when the codec is none), so a reader can check it against its limit before
+// decompressing. Kafka's RecordBatch v2 has the same fields, but puts the leader epoch
+// before the magic, which would move the magic and make the formats two peeks apart.
 //
 // Each record, in the (decompressed) records section:
 //
@@ -30,8 +55,17 @@ import (
 //
 // Record i of a batch has offset base offset + i.
 const (
+	// BatchHeaderSize is the header size of magic 1, and the smallest of any magic: the bytes
+	// a reader needs to tell the magic and walk batches by their length fields.
 	BatchHeaderSize = 44
-	BatchMagic      = 1
+	// BatchHeaderSize2 is the header size of magic 2.
+	BatchHeaderSize2 = 64
+	// MaxBatchHeaderSize is the largest header of any magic: read this many bytes (or what is
+	// left, when less) to decode any header with PeekBatchHeader.
+	MaxBatchHeaderSize = BatchHeaderSize2
+
+	BatchMagic  = 1 // magic 1: no producer fields
+	BatchMagic2 = 2 // magic 2: producer id, epoch, base sequence and leader epoch
 
 	batchLengthOffset = 8
 	batchCRCOffset    = 12
@@ -40,9 +74,19 @@ const (
 	batchReservedPos  = 18 // two bytes
 	batchPrefix       = 12 // base offset + batch length: what batch length does not count
 
+	// Magic 2 only.
+	batchLeaderEpochPos = 20 // four bytes, outside the CRC
+	batchCRCResume      = 24 // the CRC covers [16, 20) and [24, end)
+	batchReserved2Pos   = 58 // two bytes
+
 	// minRecordSize is the smallest encoded record: five one-byte fields.
 	minRecordSize = 5
 )
+
+// NoProducer is the producer id, epoch and base sequence of a batch without a producer
+// (every magic-1 batch, and magic-2 batches of producers that are not idempotent), and the
+// leader epoch of a magic-1 batch.
+const NoProducer = -1
 
 // Codec is the compression codec of a batch's records section, in attributes bits 0-2.
 type Codec uint8
@@ -85,18 +129,34 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Checksum is the CRC-32C of b, the checksum used by record batches.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
+// BatchChecksum is the CRC-32C that the batch b, of either magic, must carry at bytes 12-15:
+// of bytes 16 to the end for magic 1, of bytes 16-19 and 24 to the end for magic 2 (the
+// leader epoch at 20-23 is outside it, like the base offset). b holds the whole batch (at
+// least 24 bytes for magic 2, 16 otherwise); the magic byte is not checked otherwise.
+func BatchChecksum(b []byte) uint32 {
+	if len(b) >= batchCRCResume && b[batchMagicOffset] == BatchMagic2 {
+		return crc32.Update(crc32.Checksum(b[batchCRCStart:batchLeaderEpochPos], castagnoli), castagnoli, b[batchCRCResume:])
+	}
+	return Checksum(b[batchCRCStart:])
+}
+
 // BatchHeader is the fixed part of a batch, decoded by PeekBatchHeader without the CRC check:
 // what a reader needs to walk batches in a segment file or a FETCH answer, and to index them.
+// The producer fields and the leader epoch are NoProducer (-1) in a magic-1 batch.
 type BatchHeader struct {
 	BaseOffset     int64
 	Length         uint32 // batch length field: bytes after it
 	CRC            uint32
 	Magic          uint8
 	Attributes     uint8
+	LeaderEpoch    int32 // magic 2: written by the broker, outside the CRC
 	RecordCount    uint32
 	FirstTimestamp int64
 	MaxTimestamp   int64
 	RecordsSize    uint32 // decompressed size of the records section
+	ProducerID     int64  // NoProducer, or the id INIT_PRODUCER gave
+	ProducerEpoch  int16  // NoProducer when ProducerID is
+	BaseSequence   int32  // sequence number of the first record; NoProducer when ProducerID is
 }
 
 // Codec is the batch's compression codec.
@@ -105,8 +165,39 @@ func (h *BatchHeader) Codec() Codec { return Codec(h.Attributes & codecMask) }
 // Size is the batch's total encoded size.
 func (h *BatchHeader) Size() int { return int(h.Length) + batchPrefix }
 
+// HeaderSize is the size of the batch's header (where its records section starts):
+// BatchHeaderSize2 for magic 2, BatchHeaderSize for magic 1 (and for an unknown magic).
+func (h *BatchHeader) HeaderSize() int { return headerSize(h.Magic) }
+
 // NextOffset is the offset after the batch's last record.
 func (h *BatchHeader) NextOffset() int64 { return h.BaseOffset + int64(h.RecordCount) }
+
+// HasProducer reports whether the batch carries a producer id, so that the broker
+// deduplicates it by its sequence numbers.
+func (h *BatchHeader) HasProducer() bool { return h.ProducerID != NoProducer }
+
+// LastSequence is the sequence number of the batch's last record: BaseSequence + RecordCount
+// - 1, wrapping from MaxSequence to 0 (see NextSequence).
+func (h *BatchHeader) LastSequence() int32 {
+	return NextSequence(h.BaseSequence, h.RecordCount-1)
+}
+
+// MaxSequence is the largest sequence number; the one after it is 0.
+const MaxSequence = math.MaxInt32
+
+// NextSequence is the sequence number count records after seq (0 <= seq <= MaxSequence),
+// wrapping from MaxSequence to 0: a producer numbers each partition's records 0, 1, 2, ...
+// and gives a batch the base sequence NextSequence(previous base, previous record count).
+func NextSequence(seq int32, count uint32) int32 {
+	return int32((uint64(seq) + uint64(count)) % (MaxSequence + 1))
+}
+
+func headerSize(magic uint8) int {
+	if magic == BatchMagic2 {
+		return BatchHeaderSize2
+	}
+	return BatchHeaderSize
+}
 
 // Batch is a parsed batch header plus its records section, which aliases the input.
 type Batch struct {
@@ -137,14 +228,16 @@ func BatchBaseOffset(b []byte) int64 {
 // its CRC-32C, so that its header fields can be trusted even when ParseBatch refuses the batch
 // for another reason (its records). It checks nothing else.
 func BatchChecksumOK(b []byte) bool {
-	return len(b) >= BatchHeaderSize && binary.BigEndian.Uint32(b[batchCRCOffset:]) == Checksum(b[batchCRCStart:])
+	return len(b) >= BatchHeaderSize && binary.BigEndian.Uint32(b[batchCRCOffset:]) == BatchChecksum(b)
 }
 
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
-// header (BatchHeaderSize bytes); the rest of the batch may lie beyond it. It checks what can
-// be checked without the records: the magic, the attributes, the reserved field, and a length
-// that covers at least a header. ParseBatch checks the whole batch. It does not allocate
-// unless it fails (the error is formatted); MayBeBatchHeader never does.
+// header (BatchHeaderSize bytes for magic 1, BatchHeaderSize2 for magic 2; reading
+// MaxBatchHeaderSize bytes suits both); the rest of the batch may lie beyond it. It checks
+// what can be checked without the records: the magic, the attributes, the reserved fields,
+// the producer fields (all NoProducer, or an id >= 0 with an epoch and a base sequence >= 0),
+// and a length that covers at least the header. ParseBatch checks the whole batch. It does
+// not allocate unless it fails (the error is formatted); MayBeBatchHeader never does.
 //
 // This file is the only code that knows the header's byte positions: a new batch magic is
 // taught here, and every reader (broker, log, client) follows.
@@ -154,17 +247,25 @@ func PeekBatchHeader(b []byte) (BatchHeader, error) {
 	}
 	switch b[batchMagicOffset] {
 	case BatchMagic:
+	case BatchMagic2:
+		if len(b) < BatchHeaderSize2 {
+			return BatchHeader{}, fmt.Errorf("%w: %d bytes is shorter than a magic-2 batch header (%d)", ErrCorruptBatch, len(b), BatchHeaderSize2)
+		}
 	default:
-		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic)
+		return BatchHeader{}, fmt.Errorf("%w: batch magic %d, want %d or %d", ErrCorruptBatch, b[batchMagicOffset], BatchMagic, BatchMagic2)
 	}
 	h, reserved := decodeBatchHeader(b)
 	switch {
-	case h.Size() < BatchHeaderSize:
-		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a batch header", ErrCorruptBatch, h.Length)
+	case h.Size() < h.HeaderSize():
+		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a magic-%d batch header", ErrCorruptBatch, h.Length, h.Magic)
 	case h.Attributes&^codecMask != 0 || h.Codec() > CodecZstd:
 		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
 	case reserved != 0:
 		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
+	case h.ProducerID == NoProducer && (h.ProducerEpoch != NoProducer || h.BaseSequence != NoProducer):
+		return BatchHeader{}, fmt.Errorf("%w: no producer id, but producer epoch %d and base sequence %d (want -1)", ErrCorruptBatch, h.ProducerEpoch, h.BaseSequence)
+	case h.ProducerID != NoProducer && (h.ProducerID < 0 || h.ProducerEpoch < 0 || h.BaseSequence < 0):
+		return BatchHeader{}, fmt.Errorf("%w: producer id %d, epoch %d, base sequence %d: want an id, epoch and sequence >= 0, or all -1", ErrCorruptBatch, h.ProducerID, h.ProducerEpoch, h.BaseSequence)
 	}
 	return h, nil
 }
@@ -175,35 +276,52 @@ func PeekBatchHeader(b []byte) (BatchHeader, error) {
 // when it fails), so the scan calls PeekBatchHeader only where a batch may start. Whatever
 // magic PeekBatchHeader learns, this learns too.
 func MayBeBatchHeader(b []byte) bool {
-	return len(b) >= BatchHeaderSize && b[batchMagicOffset] == BatchMagic && b[batchReservedPos]|b[batchReservedPos+1] == 0
+	return len(b) >= BatchHeaderSize && b[batchReservedPos]|b[batchReservedPos+1] == 0 &&
+		(b[batchMagicOffset] == BatchMagic || b[batchMagicOffset] == BatchMagic2 && len(b) >= BatchHeaderSize2)
 }
 
 // PeekBatchHeaderUnchecked decodes the header fields of the batch at the start of b, which
-// must hold BatchHeaderSize bytes, without checking any of them. It is for walkers that go by
-// the length field alone and leave damage to the CRC check, so that a flipped bit in one
-// batch does not hide the batches after it (log reads), and for reports on a batch that
-// PeekBatchHeader or ParseBatch refused. It does not allocate.
+// must hold BatchHeaderSize bytes, without checking any of them: fields of a magic-2 header
+// that lie past the end of b read as 0. It is for walkers that go by the length field alone
+// and leave damage to the CRC check, so that a flipped bit in one batch does not hide the
+// batches after it (log reads), and for reports on a batch that PeekBatchHeader or ParseBatch
+// refused. An unknown magic is decoded as magic 1. It does not allocate.
 func PeekBatchHeaderUnchecked(b []byte) BatchHeader {
 	h, _ := decodeBatchHeader(b)
 	return h
 }
 
 // decodeBatchHeader decodes the header fields at the start of b, which must hold
-// BatchHeaderSize bytes.
+// BatchHeaderSize bytes, by the layout of its magic (magic 1 for an unknown one). reserved
+// is the OR of the reserved fields. Fields past the end of b are 0.
 func decodeBatchHeader(b []byte) (h BatchHeader, reserved uint16) {
-	r := NewReader(b[:BatchHeaderSize])
-	h = BatchHeader{
-		BaseOffset: r.I64(),
-		Length:     r.U32(),
-		CRC:        r.U32(),
-		Magic:      r.U8(),
-		Attributes: r.U8(),
+	_ = b[BatchHeaderSize-1]
+	be := binary.BigEndian
+	h.BaseOffset = int64(be.Uint64(b))
+	h.Length = be.Uint32(b[batchLengthOffset:])
+	h.CRC = be.Uint32(b[batchCRCOffset:])
+	h.Magic, h.Attributes = b[batchMagicOffset], b[batchMagicOffset+1]
+	reserved = be.Uint16(b[batchReservedPos:])
+	if h.Magic != BatchMagic2 {
+		h.RecordCount = be.Uint32(b[20:])
+		h.FirstTimestamp = int64(be.Uint64(b[24:]))
+		h.MaxTimestamp = int64(be.Uint64(b[32:]))
+		h.RecordsSize = be.Uint32(b[40:])
+		h.LeaderEpoch, h.ProducerID, h.ProducerEpoch, h.BaseSequence = NoProducer, NoProducer, NoProducer, NoProducer
+		return h, reserved
 	}
-	reserved = r.U16()
-	h.RecordCount = r.U32()
-	h.FirstTimestamp = r.I64()
-	h.MaxTimestamp = r.I64()
-	h.RecordsSize = r.U32()
+	h.LeaderEpoch = int32(be.Uint32(b[batchLeaderEpochPos:]))
+	h.RecordCount = be.Uint32(b[24:])
+	h.FirstTimestamp = int64(be.Uint64(b[28:]))
+	h.MaxTimestamp = int64(be.Uint64(b[36:]))
+	if len(b) < BatchHeaderSize2 {
+		return h, reserved
+	}
+	h.RecordsSize = be.Uint32(b[44:])
+	h.ProducerID = int64(be.Uint64(b[48:]))
+	h.ProducerEpoch = int16(be.Uint16(b[56:]))
+	reserved |= be.Uint16(b[batchReserved2Pos:])
+	h.BaseSequence = int32(be.Uint32(b[60:]))
 	return h, reserved
 }
 
@@ -211,10 +329,52 @@ func decodeBatchHeader(b []byte) (h BatchHeader, reserved uint16) {
 // cover it.
 func SetBaseOffset(b []byte, base int64) { binary.BigEndian.PutUint64(b, uint64(base)) }
 
-// ParseBatch validates one whole encoded batch: its length field matches len(b), the size is
-// within maxSize, the CRC matches, magic and attributes are known, the record count is
-// plausible for the records section, and an uncompressed section is exactly records size long.
-// It does not walk the records (see RecordIter); it does not allocate.
+// SetBatchLeaderEpoch writes the leader epoch into the encoded batch b in place, if b is a
+// magic-2 batch (a magic-1 batch has no such field and is left alone). The CRC does not cover
+// it. The broker calls it on every batch it stores.
+func SetBatchLeaderEpoch(b []byte, epoch int32) {
+	if len(b) >= BatchHeaderSize2 && b[batchMagicOffset] == BatchMagic2 {
+		binary.BigEndian.PutUint32(b[batchLeaderEpochPos:], uint32(epoch))
+	}
+}
+
+// SetBatchProducer rewrites the producer id, producer epoch and base sequence of the encoded
+// magic-2 batch b in place and recomputes its CRC (one pass over the batch): for a producer
+// that must send a batch it already sealed under new numbers (a new epoch or a new id). Use
+// BatchBuilder.SetProducer to number a batch as it is sealed, which costs nothing extra. It
+// fails if b is not a whole magic-2 batch, or if the fields are neither all NoProducer nor
+// all >= 0.
+func SetBatchProducer(b []byte, id int64, epoch int16, baseSequence int32) error {
+	if len(b) < BatchHeaderSize2 || b[batchMagicOffset] != BatchMagic2 || BatchSize(b) != len(b) {
+		return fmt.Errorf("%w: SetBatchProducer needs one whole magic-2 batch", ErrCorruptBatch)
+	}
+	if err := checkProducer(id, epoch, baseSequence); err != nil {
+		return err
+	}
+	putProducer(b, id, epoch, baseSequence)
+	binary.BigEndian.PutUint32(b[batchCRCOffset:], BatchChecksum(b))
+	return nil
+}
+
+func checkProducer(id int64, epoch int16, baseSequence int32) error {
+	if id == NoProducer && epoch == NoProducer && baseSequence == NoProducer || id >= 0 && epoch >= 0 && baseSequence >= 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: producer id %d, epoch %d, base sequence %d: want all -1, or all >= 0", ErrCorruptBatch, id, epoch, baseSequence)
+}
+
+func putProducer(h []byte, id int64, epoch int16, baseSequence int32) {
+	binary.BigEndian.PutUint64(h[48:], uint64(id))
+	binary.BigEndian.PutUint16(h[56:], uint16(epoch))
+	h[batchReserved2Pos], h[batchReserved2Pos+1] = 0, 0
+	binary.BigEndian.PutUint32(h[60:], uint32(baseSequence))
+}
+
+// ParseBatch validates one whole encoded batch of either magic: its length field matches
+// len(b), the size is within maxSize, the CRC matches, the header passes PeekBatchHeader's
+// checks, the record count is plausible for the records section, and an uncompressed section
+// is exactly records size long. It does not walk the records (see RecordIter); it does not
+// allocate.
 func ParseBatch(b []byte, maxSize int) (Batch, error) {
 	if len(b) > maxSize {
 		return Batch{}, fmt.Errorf("%w: %d bytes, limit %d", ErrBatchTooLarge, len(b), maxSize)
@@ -223,12 +383,15 @@ func ParseBatch(b []byte, maxSize int) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
-	bt := Batch{BatchHeader: h, Records: b[BatchHeaderSize:]}
+	bt := Batch{BatchHeader: h}
 	switch {
 	case bt.Size() != len(b):
 		return Batch{}, fmt.Errorf("%w: batch length field %d, but %d bytes follow it", ErrCorruptBatch, bt.Length, len(b)-batchPrefix)
-	case Checksum(b[batchCRCStart:]) != bt.CRC:
-		return Batch{}, fmt.Errorf("%w: CRC-32C mismatch (stored %08x, computed %08x)", ErrCorruptBatch, bt.CRC, Checksum(b[batchCRCStart:]))
+	case BatchChecksum(b) != bt.CRC:
+		return Batch{}, fmt.Errorf("%w: CRC-32C mismatch (stored %08x, computed %08x)", ErrCorruptBatch, bt.CRC, BatchChecksum(b))
+	}
+	bt.Records = b[h.HeaderSize():]
+	switch {
 	case bt.RecordCount == 0:
 		return Batch{}, fmt.Errorf("%w: batch holds no records", ErrCorruptBatch)
 	case uint64(bt.RecordsSize) > uint64(maxSize) || uint64(bt.RecordCount)*minRecordSize > uint64(bt.RecordsSize):
@@ -241,17 +404,27 @@ func ParseBatch(b []byte, maxSize int) (Batch, error) {
 	return bt, nil
 }
 
-// AppendBatch encodes bt (header fields and Records as stored) after dst. Length and CRC are
-// taken from bt as they are, so AppendBatch(nil, ParseBatch(x)) reproduces x.
+// AppendBatch encodes bt (header fields and Records as stored) after dst, by the layout of
+// bt.Magic (magic 1 for any magic but 2). Length and CRC are taken from bt as they are, so
+// AppendBatch(nil, ParseBatch(x)) reproduces x.
 func AppendBatch(dst []byte, bt *Batch) []byte {
 	dst = AppendI64(dst, bt.BaseOffset)
 	dst = AppendU32(dst, bt.Length)
 	dst = AppendU32(dst, bt.CRC)
 	dst = append(dst, bt.Magic, bt.Attributes, 0, 0)
+	if bt.Magic == BatchMagic2 {
+		dst = AppendI32(dst, bt.LeaderEpoch)
+	}
 	dst = AppendU32(dst, bt.RecordCount)
 	dst = AppendI64(dst, bt.FirstTimestamp)
 	dst = AppendI64(dst, bt.MaxTimestamp)
 	dst = AppendU32(dst, bt.RecordsSize)
+	if bt.Magic == BatchMagic2 {
+		dst = AppendI64(dst, bt.ProducerID)
+		dst = AppendU16(dst, uint16(bt.ProducerEpoch))
+		dst = append(dst, 0, 0)
+		dst = AppendI32(dst, bt.BaseSequence)
+	}
 	return append(dst, bt.Records...)
 }
 
@@ -367,87 +540,6 @@ func (it *RecordIter) Next(rec *Record) bool {
 
 // Err is the first decoding error, if any.
 func (it *RecordIter) Err() error { return it.r.err }
-
-// BatchBuilder accumulates records into one uncompressed batch. The zero value is ready; Reset
-// makes it reusable without allocating. Not safe for concurrent use.
-type BatchBuilder struct {
-	buf     []byte // BatchHeaderSize bytes of header space, then the records section
-	count   uint32
-	firstTS int64
-	maxTS   int64
-	scratch []byte
-}
-
-// Reset empties the builder, keeping its memory.
-func (b *BatchBuilder) Reset() {
-	b.buf = b.buf[:0]
-	b.count = 0
-}
-
-// Count is the number of records appended since Reset.
-func (b *BatchBuilder) Count() int { return int(b.count) }
-
-// Size is the size of the batch Finish would produce without compression.
-func (b *BatchBuilder) Size() int {
-	if len(b.buf) == 0 {
-		return BatchHeaderSize
-	}
-	return len(b.buf)
-}
-
-// SizeWith is Size after appending a record with these fields at timestamp ts.
-func (b *BatchBuilder) SizeWith(ts int64, key, value []byte, headers []RecordHeader) int {
-	delta := int64(0)
-	if b.count > 0 {
-		delta = ts - b.firstTS
-	}
-	return b.Size() + RecordSize(delta, key, value, headers)
-}
-
-// Append adds a record with timestamp ts (unix ms).
-func (b *BatchBuilder) Append(ts int64, key, value []byte, headers []RecordHeader) {
-	if len(b.buf) == 0 {
-		b.buf = append(b.buf[:0], make([]byte, BatchHeaderSize)...)
-	}
-	if b.count == 0 {
-		b.firstTS, b.maxTS = ts, ts
-	}
-	if ts > b.maxTS {
-		b.maxTS = ts
-	}
-	b.buf = AppendRecord(b.buf, ts-b.firstTS, key, value, headers)
-	b.count++
-}
-
-// Finish completes the batch, compressed with codec through c (nil for CodecNone), and returns
-// it. The result aliases the builder's memory and is valid until the next Reset or Append. It
-// panics when no record was appended.
-func (b *BatchBuilder) Finish(codec Codec, c *Compressor) ([]byte, error) {
-	if b.count == 0 {
-		panic("wire: Finish on an empty batch")
-	}
-	records := b.buf[BatchHeaderSize:]
-	out := b.buf
-	if codec != CodecNone {
-		var err error
-		b.scratch = append(b.scratch[:0], make([]byte, BatchHeaderSize)...)
-		b.scratch, err = c.Compress(b.scratch, codec, records)
-		if err != nil {
-			return nil, err
-		}
-		out = b.scratch
-	}
-	h := out[:BatchHeaderSize]
-	binary.BigEndian.PutUint64(h[0:], 0)
-	binary.BigEndian.PutUint32(h[batchLengthOffset:], uint32(len(out)-batchPrefix))
-	h[batchMagicOffset], h[17], h[18], h[19] = BatchMagic, byte(codec), 0, 0
-	binary.BigEndian.PutUint32(h[20:], b.count)
-	binary.BigEndian.PutUint64(h[24:], uint64(b.firstTS))
-	binary.BigEndian.PutUint64(h[32:], uint64(b.maxTS))
-	binary.BigEndian.PutUint32(h[40:], uint32(len(records)))
-	binary.BigEndian.PutUint32(h[batchCRCOffset:], Checksum(out[batchCRCStart:]))
-	return out, nil
-}
 
 // PartitionForKey is the partition a keyed message goes to among n partitions: FNV-1a 32 of the
 // key, modulo n. Every client must use this function so that one key always lands in one

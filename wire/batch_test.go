@@ -184,10 +184,8 @@ func TestBatchBitFlips(t *testing.T) {
 
 // fixCRC recomputes the CRC of an encoded batch after a test corrupted a covered field.
 func fixCRC(b []byte) {
-	binary.BigEndian.PutUint32(b[12:], crc32c(b[16:]))
+	binary.BigEndian.PutUint32(b[12:], wire.BatchChecksum(b))
 }
-
-func crc32c(b []byte) uint32 { return wire.Checksum(b) }
 
 func TestChecksumIsCRC32C(t *testing.T) {
 	// The standard CRC-32C check value.

@@ -17,6 +17,12 @@ var (
 	ErrBatchTooLarge = errors.New("record batch too large")
 	// ErrMessageTooLarge: one record's key, value and headers exceed MaxMessage.
 	ErrMessageTooLarge = errors.New("message too large")
+
+	// The refusals of idempotent produce (PROTOCOL.md section 15): CodeOf maps them to
+	// OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED and UNKNOWN_PRODUCER.
+	ErrOutOfOrderSequence = errors.New("out of order sequence")
+	ErrProducerFenced     = errors.New("producer fenced")
+	ErrUnknownProducer    = errors.New("unknown producer")
 )
 
 // Code is an error code carried by an ERROR frame. NEVER renumber: codes are part of the wire
@@ -54,6 +60,9 @@ const (
 	CodeTooManyConnections  Code = 28 // the broker's or the client address's connection cap; fatal
 	CodeUserExists          Code = 29 // CREATE_USER of an existing name
 	CodeUnknownUser         Code = 30 // no such user (DELETE_USER, SET_PASSWORD, GRANT, REVOKE)
+	CodeOutOfOrderSequence  Code = 31 // an idempotent batch's base sequence is not the next expected; nothing stored
+	CodeProducerFenced      Code = 32 // a newer epoch of the producer id has written the partition; nothing stored
+	CodeUnknownProducer     Code = 33 // the broker holds no state of the producer id (new, expired, lost); nothing stored
 )
 
 type codeInfo struct {
@@ -92,6 +101,9 @@ var codeTable = map[Code]codeInfo{
 	CodeTooManyConnections:  {"TOO_MANY_CONNECTIONS", true},
 	CodeUserExists:          {"USER_EXISTS", false},
 	CodeUnknownUser:         {"UNKNOWN_USER", false},
+	CodeOutOfOrderSequence:  {"OUT_OF_ORDER_SEQUENCE", false},
+	CodeProducerFenced:      {"PRODUCER_FENCED", false},
+	CodeUnknownProducer:     {"UNKNOWN_PRODUCER", false},
 }
 
 func (c Code) String() string {
@@ -155,6 +167,12 @@ func CodeOf(err error) Code {
 		return CodeMessageTooLarge
 	case errors.Is(err, ErrMalformed):
 		return CodeMalformedFrame
+	case errors.Is(err, ErrOutOfOrderSequence):
+		return CodeOutOfOrderSequence
+	case errors.Is(err, ErrProducerFenced):
+		return CodeProducerFenced
+	case errors.Is(err, ErrUnknownProducer):
+		return CodeUnknownProducer
 	}
 	return CodeInternal
 }

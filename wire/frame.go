@@ -44,6 +44,7 @@ const (
 	OpRevoke         Op = 0x18
 	OpListUsers      Op = 0x19
 	OpProduce        Op = 0x20
+	OpInitProducer   Op = 0x21
 	OpSubscribe      Op = 0x30
 	OpUnsubscribe    Op = 0x31
 	OpCredit         Op = 0x32
@@ -57,7 +58,7 @@ const (
 var opNames = map[Op]string{
 	OpHello: "HELLO", OpAuth: "AUTH", OpPing: "PING", OpError: "ERROR",
 	OpCreateTopic: "CREATE_TOPIC", OpDeleteTopic: "DELETE_TOPIC", OpMetadata: "METADATA",
-	OpStats: "STATS", OpProduce: "PRODUCE", OpSubscribe: "SUBSCRIBE",
+	OpStats: "STATS", OpProduce: "PRODUCE", OpInitProducer: "INIT_PRODUCER", OpSubscribe: "SUBSCRIBE",
 	OpUnsubscribe: "UNSUBSCRIBE", OpCredit: "CREDIT", OpDeliver: "DELIVER", OpFetch: "FETCH",
 	OpListOffsets: "LIST_OFFSETS", OpCommitOffset: "COMMIT_OFFSET",
 	OpFetchCommitted: "FETCH_COMMITTED", OpCreateUser: "CREATE_USER",

@@ -272,15 +272,15 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 23 {
-		t.Errorf("%d known ops, want 23", known)
+	if known != 24 {
+		t.Errorf("%d known ops, want 24", known)
 	}
 }
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 30 {
-		t.Fatalf("%d codes, want 30", len(codes))
+	if len(codes) != 33 {
+		t.Fatalf("%d codes, want 33", len(codes))
 	}
 	for i, c := range codes {
 		// Codes are allocated in ranges, so there may be gaps; the list is in order.

@@ -102,6 +102,10 @@ func FuzzBatch(f *testing.F) {
 	for _, codec := range []wire.Codec{wire.CodecNone, wire.CodecS2, wire.CodecZstd} {
 		f.Add(buildBatch(f, varietyRecords()[:2], codec, &c), true)
 	}
+	for _, codec := range []wire.Codec{wire.CodecNone, wire.CodecS2, wire.CodecZstd} {
+		f.Add(buildBatch2(f, varietyRecords()[:2], codec, &c, 7, 1, 40), true)
+	}
+	f.Add(buildBatch2(f, varietyRecords()[:1], wire.CodecNone, nil, wire.NoProducer, wire.NoProducer, wire.NoProducer), true)
 	f.Add(rawBatch(wire.CodecNone, 1, 5, []byte{4, 0, 0, 0, 0}), true)
 	f.Add(rawBatch(wire.CodecZstd, 1, 4096, []byte{0x28, 0xb5, 0x2f, 0xfd}), true)
 
@@ -122,6 +126,17 @@ func FuzzBatch(f *testing.F) {
 		}
 		if re := wire.AppendBatch(nil, &bt); !bytes.Equal(re, data) {
 			t.Fatalf("AppendBatch(ParseBatch(x)) != x")
+		}
+		if !wire.BatchChecksumOK(data) || bt.HeaderSize() != len(data)-len(bt.Records) {
+			t.Fatalf("accepted batch: checksum %v, header size %d of %d bytes with %d of records", wire.BatchChecksumOK(data), bt.HeaderSize(), len(data), len(bt.Records))
+		}
+		if bt.Magic == wire.BatchMagic2 {
+			// The leader epoch is outside the CRC: the broker's rewrite keeps the batch valid.
+			again := bytes.Clone(data)
+			wire.SetBatchLeaderEpoch(again, bt.LeaderEpoch^0x5a5a)
+			if bt2, err := wire.ParseBatch(again, limit); err != nil || bt2.LeaderEpoch != bt.LeaderEpoch^0x5a5a {
+				t.Fatalf("after SetBatchLeaderEpoch: %v, epoch %d", err, bt2.LeaderEpoch)
+			}
 		}
 		fuzzCompressorMu.Lock()
 		defer fuzzCompressorMu.Unlock()

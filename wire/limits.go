@@ -35,8 +35,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("max batch %d outside [4096, 256 MiB]", l.MaxBatch)
 	case l.MaxFrame < l.MaxBatch+1024:
 		return fmt.Errorf("max frame %d must be at least max batch + 1024 (%d)", l.MaxFrame, l.MaxBatch+1024)
-	case l.MaxMessage < 1 || l.MaxMessage > l.MaxBatch-BatchHeaderSize-32:
-		return fmt.Errorf("max message %d must be in [1, max batch - %d]", l.MaxMessage, BatchHeaderSize+32)
+	case l.MaxMessage < 1 || l.MaxMessage > l.MaxBatch-MaxBatchHeaderSize-32:
+		return fmt.Errorf("max message %d must be in [1, max batch - %d]", l.MaxMessage, MaxBatchHeaderSize+32)
 	case l.PreAuthMaxFrame < 512 || l.PreAuthMaxFrame > l.MaxFrame:
 		return fmt.Errorf("pre-auth max frame %d outside [512, max frame]", l.PreAuthMaxFrame)
 	case l.AuthTimeout <= 0:

@@ -81,6 +81,9 @@ func bodyCases() []struct {
 			{User: "admin", Roles: wire.RolesAdmin}, {User: "b", Topic: "t", Roles: wire.RolesProduce}, {User: long, Topic: "u", Roles: wire.RolesAll},
 		}}, func() wireBody { return new(wire.ListUsersResponse) }, 0},
 		{"ListUsersResponse empty", &wire.ListUsersResponse{}, func() wireBody { return new(wire.ListUsersResponse) }, 0},
+		{"InitProducer new", &wire.InitProducer{PreviousID: wire.NoProducer, PreviousEpoch: wire.NoProducer}, func() wireBody { return new(wire.InitProducer) }, 0},
+		{"InitProducer bump", &wire.InitProducer{PreviousID: 1 << 62, PreviousEpoch: 32767}, func() wireBody { return new(wire.InitProducer) }, 0},
+		{"InitProducerResponse", &wire.InitProducerResponse{ProducerID: 4097, ProducerEpoch: 3, Window: 5, ExpiryMs: 86400000}, func() wireBody { return new(wire.InitProducerResponse) }, 0},
 	}
 }
 
@@ -172,6 +175,14 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"CommitOffset group with ESC", func() wireBody { return new(wire.CommitOffset) }, body(str("\x1b[0m"), str("t"), u32(0), i64(0))},
 		{"FetchCommitted empty group", func() wireBody { return new(wire.FetchCommitted) }, body(str(""), str("t"), u32(0))},
 		{"FetchCommitted group with C1 control", func() wireBody { return new(wire.FetchCommitted) }, body(str("g\u0085"), str("t"), u32(0))},
+		{"InitProducer id without epoch", func() wireBody { return new(wire.InitProducer) }, body(i64(5), u16(0xffff))},
+		{"InitProducer epoch without id", func() wireBody { return new(wire.InitProducer) }, body(i64(-1), u16(0))},
+		{"InitProducer id -2", func() wireBody { return new(wire.InitProducer) }, body(i64(-2), u16(0xffff))},
+		{"InitProducer short", func() wireBody { return new(wire.InitProducer) }, i64(-1)},
+		{"InitProducer long", func() wireBody { return new(wire.InitProducer) }, body(i64(-1), u16(0xffff), u8(0))},
+		{"InitProducerResponse negative id", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(-1), u16(0), u16(5), u32(1000))},
+		{"InitProducerResponse negative epoch", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(1), u16(0x8000), u16(5), u32(1000))},
+		{"InitProducerResponse window 0", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(1), u16(0), u16(0), u32(1000))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -318,8 +329,8 @@ func TestLimitsValidate(t *testing.T) {
 		{"batch 256 MiB + 1", func(l *wire.Limits) { l.MaxBatch = 256<<20 + 1; l.MaxFrame = 512 << 20 }, false},
 		{"frame below batch + 1024", func(l *wire.Limits) { l.MaxFrame = l.MaxBatch + 1023 }, false},
 		{"message 0", func(l *wire.Limits) { l.MaxMessage = 0 }, false},
-		{"message max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 76 }, true},
-		{"message over max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 75 }, false},
+		{"message max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 96 }, true},
+		{"message over max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 95 }, false},
 		{"pre-auth 511", func(l *wire.Limits) { l.PreAuthMaxFrame = 511 }, false},
 		{"pre-auth over frame", func(l *wire.Limits) { l.PreAuthMaxFrame = l.MaxFrame + 1 }, false},
 		{"auth timeout 0", func(l *wire.Limits) { l.AuthTimeout = 0 }, false},

@@ -222,6 +222,8 @@ var bodyTypes = []struct {
 	{wire.OpListUsers, true, func() wireBody { return new(wire.ListUsersResponse) }},
 	{wire.OpProduce, false, func() wireBody { return new(wire.Produce) }},
 	{wire.OpProduce, true, func() wireBody { return new(wire.ProduceResponse) }},
+	{wire.OpInitProducer, false, func() wireBody { return new(wire.InitProducer) }},
+	{wire.OpInitProducer, true, func() wireBody { return new(wire.InitProducerResponse) }},
 	{wire.OpSubscribe, false, func() wireBody { return new(wire.Subscribe) }},
 	{wire.OpSubscribe, true, func() wireBody { return new(wire.SubscribeResponse) }},
 	{wire.OpUnsubscribe, false, func() wireBody { return new(wire.Unsubscribe) }},
@@ -527,7 +529,7 @@ func protocolExamples() []protocolExample {
 			a.concat(annotatedBatch(0, fetchRecs))
 		})),
 		wireFrame(wire.OpFetch, resp, 11, &wire.FetchResponse{HighWatermark: 1, Batches: wireBatch(0, fetchRecs)}))
-	return ex
+	return append(ex, idempotenceExamples()...)
 }
 
 // renderHex formats an annotated frame for PROTOCOL.md: one field per line (16 bytes at most a

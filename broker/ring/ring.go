@@ -131,6 +131,10 @@ func (r *Ring) Reserve(n int) ([]byte, error) {
 	return r.arena[pos : pos+n : pos+n], nil
 }
 
+// ReservedFirst is the sequence number Commit will give the first message of the batch
+// being reserved. Call it only between Reserve and Commit (the writer lock is held).
+func (r *Ring) ReservedFirst() uint64 { return r.nextMsg.Load() }
+
 // Commit publishes the batch of count records written into the space Reserve returned: it
 // rewrites the batch's base offset to the sequence number of its first message and returns
 // that number.

@@ -52,6 +52,11 @@ var confHelp = map[string]string{
 	"max-connections":          "open connections in all; more are refused",
 	"max-connections-per-addr": "open connections from one client IP address; more are refused",
 
+	// Idempotent produce.
+	"producer-expiry":             "drop a producer id's state in a partition after this long without a batch (1s to 720h)",
+	"max-producers-per-partition": "producer states one partition holds at most; a new producer past it is refused",
+	"max-producers":               "producer states the whole broker holds at most; a new producer past it is refused",
+
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback)",
 	"fetch-copy": "send FETCH data with read+write instead of sendfile (for comparing the two)",
@@ -167,6 +172,9 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.IdleTimeout = dur("idle-timeout")
 	cfg.MaxConnections = num("max-connections")
 	cfg.MaxConnectionsPerAddr = num("max-connections-per-addr")
+	cfg.ProducerExpiry = dur("producer-expiry")
+	cfg.MaxProducersPerPartition = num("max-producers-per-partition")
+	cfg.MaxProducers = num("max-producers")
 	if v, err := strconv.ParseBool(set["fetch-copy"]); err != nil {
 		errs = append(errs, fmt.Errorf("fetch-copy: %q is not true or false", set["fetch-copy"]))
 	} else {

@@ -103,3 +103,51 @@ func TestMaxBatchUnits(t *testing.T) {
 		t.Errorf("-max-batch '4 MiB': exit %d, want 2", code)
 	}
 }
+
+// TestDumpFormat2: a log holding both magics lists each batch, with the leader epoch and
+// producer fields of magic-2 batches.
+func TestDumpFormat2(t *testing.T) {
+	dir := t.TempDir()
+	l, err := log.Open(dir, log.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	appendBatch := func(b []byte, n uint32) {
+		t.Helper()
+		if _, err := l.Append(b, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendBatch(makeBatch(rng, 2, 50, 1000), 2)
+	for _, p := range []struct {
+		id    int64
+		epoch int16
+		seq   int32
+	}{{wire.NoProducer, wire.NoProducer, wire.NoProducer}, {7, 1, 0}} {
+		var bb wire.BatchBuilder
+		bb.SetMagic(wire.BatchMagic2)
+		for i := range 3 {
+			bb.Append(2000+int64(i), nil, []byte("v"), nil)
+		}
+		bb.SetProducer(p.id, p.epoch, p.seq)
+		b, err := bb.Finish(wire.CodecNone, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appendBatch(append([]byte(nil), b...), 3)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := Main([]string{dir}, &out, &errb); code != 0 {
+		t.Fatalf("dump exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || strings.Contains(lines[1], "magic=") ||
+		!strings.Contains(lines[2], "offset=2 count=3") || !strings.Contains(lines[2], "magic=2 leader-epoch=0 producer=none ok") ||
+		!strings.Contains(lines[3], "offset=5 count=3") || !strings.Contains(lines[3], "magic=2 leader-epoch=0 producer=7 epoch=1 seq=0-2 ok") {
+		t.Fatalf("dump:\n%s", out.String())
+	}
+}
