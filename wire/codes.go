@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Sentinel errors of the decoders. Errors returned by this package wrap one of them with %w and
@@ -51,6 +52,10 @@ const (
 	CodeTooMuchInput        Code = 26 // input piled up while a request held the connection; fatal
 	CodeTimeout             Code = 27 // a frame not completed in time, or an idle connection; fatal
 	CodeTooManyConnections  Code = 28 // the broker's or the client address's connection cap; fatal
+	// Consumer groups (PROTOCOL.md section 10.1).
+	CodeUnknownMember Code = 34 // the member id is not in the group (never joined, left, or expired): join again
+	CodeFencedMember  Code = 35 // the member does not hold the partition in that generation: stop it, do not commit
+	CodeGroupNotEmpty Code = 36 // an offset-only commit (or reset) of a group that has live members
 )
 
 type codeInfo struct {
@@ -87,6 +92,9 @@ var codeTable = map[Code]codeInfo{
 	CodeTooMuchInput:        {"TOO_MUCH_INPUT", true},
 	CodeTimeout:             {"TIMEOUT", true},
 	CodeTooManyConnections:  {"TOO_MANY_CONNECTIONS", true},
+	CodeUnknownMember:       {"UNKNOWN_MEMBER", false},
+	CodeFencedMember:        {"FENCED_MEMBER", false},
+	CodeGroupNotEmpty:       {"GROUP_NOT_EMPTY", false},
 }
 
 func (c Code) String() string {
@@ -102,11 +110,10 @@ func (c Code) Fatal() bool { return codeTable[c].fatal }
 // Codes lists every defined code in numeric order (for documentation tests).
 func Codes() []Code {
 	out := make([]Code, 0, len(codeTable))
-	for c := Code(1); int(c) <= len(codeTable)+1; c++ {
-		if _, ok := codeTable[c]; ok {
-			out = append(out, c)
-		}
+	for c := range codeTable {
+		out = append(out, c)
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -46,6 +46,12 @@ const (
 	OpListOffsets    Op = 0x41
 	OpCommitOffset   Op = 0x42
 	OpFetchCommitted Op = 0x43
+	OpJoinGroup      Op = 0x44
+	OpHeartbeat      Op = 0x45
+	OpLeaveGroup     Op = 0x46
+	OpGroupCommit    Op = 0x47
+	OpListGroups     Op = 0x48
+	OpDescribeGroup  Op = 0x49
 )
 
 var opNames = map[Op]string{
@@ -54,7 +60,9 @@ var opNames = map[Op]string{
 	OpStats: "STATS", OpProduce: "PRODUCE", OpSubscribe: "SUBSCRIBE",
 	OpUnsubscribe: "UNSUBSCRIBE", OpCredit: "CREDIT", OpDeliver: "DELIVER", OpFetch: "FETCH",
 	OpListOffsets: "LIST_OFFSETS", OpCommitOffset: "COMMIT_OFFSET",
-	OpFetchCommitted: "FETCH_COMMITTED",
+	OpFetchCommitted: "FETCH_COMMITTED", OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
+	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
+	OpDescribeGroup: "DESCRIBE_GROUP",
 }
 
 func (o Op) String() string {
