@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -73,6 +74,12 @@ type Config struct {
 	MaxCommittedOffsets         int
 	ShutdownDrain               time.Duration
 
+	// Groups configures the consumer group coordinator: the session timeout a member gets by
+	// default and the bounds of what it may ask for, and the caps on members per group,
+	// groups with members and members in all (a JOIN_GROUP past one: RESOURCE_LIMIT). Its
+	// Now is for tests.
+	Groups group.Config
+
 	// The worker pools run what would block an event loop. A request that finds its pool's
 	// queue full is answered RESOURCE_LIMIT (retry later).
 	// AuthPool runs AUTH, CREATE_TOPIC and DELETE_TOPIC: argon2 (each run uses HashParams
@@ -110,6 +117,7 @@ func DefaultConfig() Config {
 		MaxSubscriptionsPerConn:     1024,
 		MaxCommittedOffsetsPerTopic: 100_000,
 		MaxCommittedOffsets:         1_000_000,
+		Groups:                      group.DefaultConfig(),
 		AuthPool:                    PoolSize{Workers: 2, Queue: 256},
 		IOPool:                      PoolSize{Workers: 4, Queue: 4096},
 		MetaPool:                    PoolSize{Workers: 2, Queue: 4096},
@@ -162,7 +170,7 @@ func (c *Config) Validate() error {
 	case c.MaxCommittedOffsetsPerTopic < 1 || c.MaxCommittedOffsets < 1:
 		return fmt.Errorf("max committed offsets per topic and per broker must be at least 1")
 	}
-	return nil
+	return c.Groups.Validate()
 }
 
 func (p PoolSize) valid() bool { return p.Workers >= 1 && p.Queue >= 1 }

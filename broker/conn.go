@@ -10,6 +10,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -70,6 +71,7 @@ type conn struct {
 	gc     gnet.Conn
 	log    zerolog.Logger
 	remote string // IP without port, for login throttling
+	addr   string // host:port, shown by DESCRIBE_GROUP
 
 	helloDone    bool
 	principal    *principal
@@ -115,10 +117,11 @@ type conn struct {
 	acks        []pendingAck // durable acks from partition syncers
 	acksSpare   []pendingAck
 
-	fetches []*fetchWait // FETCHes waiting for data (long poll)
-	xfer    *transfer    // the FETCH response being sent; nothing else is written meanwhile
-	ready   []readyFetch // FETCH answers prepared by workers, waiting for the socket
-	cold    int          // FETCHes being prepared by workers
+	parks   []*group.Parked // HEARTBEATs the group coordinator holds (long poll; groups.go)
+	fetches []*fetchWait    // FETCHes waiting for data (long poll)
+	xfer    *transfer       // the FETCH response being sent; nothing else is written meanwhile
+	ready   []readyFetch    // FETCH answers prepared by workers, waiting for the socket
+	cold    int             // FETCHes being prepared by workers
 
 	readBlocked    bool         // frames left unread: the client does not read its answers
 	deliverBlocked bool         // deliveries stopped at the high-water mark
@@ -165,6 +168,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 		srv:          s,
 		gc:           gc,
 		remote:       remote,
+		addr:         gc.RemoteAddr().String(),
 		log:          s.log.With().Str("remote", gc.RemoteAddr().String()).Logger(),
 		authDeadline: time.Now().Add(s.cfg.Limits.AuthTimeout),
 		life:         connOpen,
@@ -223,7 +227,7 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.setStalled(c.readBlocked || c.deliverBlocked || c.xferBlocked)
-	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 {
+	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 && len(c.parks) == 0 {
 		// Drained, acks included: say goodbye and close (see Server.Shutdown). A PRODUCE
 		// refused meanwhile gets the goodbye as its answer.
 		msg := "broker is shutting down"
@@ -540,6 +544,7 @@ func (c *conn) finishClose() {
 		fn(c) // with c.closed() true: they release what they hold; their output goes nowhere
 	}
 	c.endFetches()
+	c.unparkAll()
 	for _, s := range c.subs {
 		s.close()
 	}

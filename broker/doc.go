@@ -17,7 +17,10 @@
 // durable partition has a syncer goroutine that fsyncs and answers waiting acks through
 // conn.queueAck. The ticker goroutine (Server.runTicker) only wakes connections. Producers
 // append to a partition's ring on their own loop and wake the loops of the subscribers,
-// which then copy from the ring to their sockets.
+// which then copy from the ring to their sockets. Consumer group membership is package
+// group's Coordinator (Server.groups, in memory): handlers call it on their loops; its timer
+// (a time.AfterFunc) expires sessions and ends held HEARTBEATs, whose answers it hands to
+// the waiting connection through conn.complete.
 //
 // # Lock order
 //
@@ -25,8 +28,9 @@
 //
 //  1. Server.adminMu: serialises topic and user changes (createTopic, deleteTopic, on the
 //     auth pool). Under it: meta.Store's locks, auth.Verifier's, offsetlog.Store.mu,
-//     durablePart.mu and conn.mu (deleteTopic closes the logs, failing waiting acks), and
-//     the log's (opening and closing logs).
+//     durablePart.mu and conn.mu (deleteTopic closes the logs, failing waiting acks),
+//     group.Coordinator.mu (deleteTopic drops the topic's groups), and the log's (opening
+//     and closing logs).
 //  2. topic.mu: the partitions' subscriber tables and queue groups. Under it: Ring.mu
 //     (Ring.End, to start a subscription at the end).
 //  3. queueGroup.mu: a queue group's position. Under it: a ring slot's read lock (claiming
@@ -40,7 +44,10 @@
 // Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
 // gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
-// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, loopStates.mu (a
+// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, group.Coordinator.mu
+// (it calls the waiters of held heartbeats, which take conn.mu, only after releasing it;
+// LIST_GROUPS reads the coordinator and then an offsetlog.Store, never both at once),
+// loopStates.mu (a
 // connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
 // never held across I/O; commit callbacks run after it is released; the topic-to-store map
 // offsetStore.stores is copy-on-write, with no lock). Inside package log, see its package

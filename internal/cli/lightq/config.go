@@ -52,6 +52,14 @@ var confHelp = map[string]string{
 	"max-connections":          "open connections in all; more are refused",
 	"max-connections-per-addr": "open connections from one client IP address; more are refused",
 
+	// Consumer groups.
+	"group-session-timeout":     "session timeout of a group member that asks for none",
+	"group-min-session-timeout": "shortest session timeout a group member may ask for",
+	"group-max-session-timeout": "longest session timeout a group member may ask for",
+	"max-members-per-group":     "members of one consumer group; more JOIN_GROUPs are refused",
+	"max-groups":                "consumer groups with live members; more are refused",
+	"max-group-members":         "members of all consumer groups together; more are refused",
+
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback)",
 	"fetch-copy": "send FETCH data with read+write instead of sendfile (for comparing the two)",
@@ -167,6 +175,12 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.IdleTimeout = dur("idle-timeout")
 	cfg.MaxConnections = num("max-connections")
 	cfg.MaxConnectionsPerAddr = num("max-connections-per-addr")
+	cfg.Groups.SessionTimeout = dur("group-session-timeout")
+	cfg.Groups.MinSessionTimeout = dur("group-min-session-timeout")
+	cfg.Groups.MaxSessionTimeout = dur("group-max-session-timeout")
+	cfg.Groups.MaxMembersPerGroup = num("max-members-per-group")
+	cfg.Groups.MaxGroups = num("max-groups")
+	cfg.Groups.MaxMembers = num("max-group-members")
 	if v, err := strconv.ParseBool(set["fetch-copy"]); err != nil {
 		errs = append(errs, fmt.Errorf("fetch-copy: %q is not true or false", set["fetch-copy"]))
 	} else {

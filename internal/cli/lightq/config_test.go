@@ -84,6 +84,8 @@ var settingSamples = map[string]string{
 	"ring-slots": "2048", "max-ring-memory": "1GiB", "hash-params": "m=32768,t=3,p=2",
 	"shutdown-drain": "5s", "transfer-timeout": "2m", "read-timeout": "20s", "idle-timeout": "5m",
 	"max-connections": "500", "max-connections-per-addr": "50",
+	"group-session-timeout": "20s", "group-min-session-timeout": "2s", "group-max-session-timeout": "10m",
+	"max-members-per-group": "64", "max-groups": "500", "max-group-members": "2000",
 	"pprof-addr": "127.0.0.1:6061", "fetch-copy": "true",
 }
 
