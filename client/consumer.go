@@ -47,11 +47,11 @@ type ConsumerOptions struct {
 	// it has heard nothing from it for this long (a crash, a network cut). Default 0: the
 	// broker's (10s by default).
 	SessionTimeout time.Duration
-	// OnAssign, for a group member, is called with partitions given to the consumer, once
-	// their start positions are known (Position) and before any of their records is
-	// delivered. Calls are made one at a time, from a consumer goroutine, never while a
-	// handler runs for those partitions.
-	OnAssign func(partitions []int32)
+	// OnAssign, for a group member, is called with the partitions given to the consumer and
+	// the offset each starts at, before any of their records is delivered. Calls are made
+	// one at a time, from a consumer goroutine (the first one from NewConsumer, before it
+	// returns), never while a handler runs for those partitions.
+	OnAssign func(starts map[int32]int64)
 	// OnRevoke, for a group member, is called with partitions taken from the consumer once
 	// Each delivers none of their records any more and before their positions are committed:
 	// the application may finish what it holds for them. It returns the next offsets to

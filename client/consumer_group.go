@@ -338,7 +338,11 @@ func (k *Consumer) reconcile() error {
 		ready = append(ready, id)
 	}
 	if len(ready) > 0 && k.opts.OnAssign != nil {
-		k.opts.OnAssign(ready)
+		starts := make(map[int32]int64, len(ready))
+		for _, id := range ready {
+			starts[id] = k.byID[id].pos.Load()
+		}
+		k.opts.OnAssign(starts)
 	}
 	for _, id := range ready {
 		k.activate(k.byID[id])

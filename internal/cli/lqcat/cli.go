@@ -76,10 +76,16 @@ Consume (-C):
   -c N       exit after N messages
   -e         exit at the end of the log (as it was when lqcat started). An -o N beyond
              the end is an error (exit 9) with -e as without it.
-  -G GROUP   durable topic: start at the group's committed offsets (-o applies where it has
-             none) and commit the offset after each message printed, every second and at
-             exit. Transient topic: a queue group, whose members share the messages.
-             kcat's "lqcat -G GROUP TOPIC" works too (-C implied; one topic).
+  -G GROUP   durable topic: be a member of the consumer group, like kcat's balanced
+             consumer: the broker shares the partitions among the group's members (other
+             lqcat -G, Go client consumers) and moves them as members come and go. Each
+             partition starts at the group's committed offset (-o applies where it has none);
+             lqcat commits the offset after the last message printed every second, when a
+             partition is taken away, and at exit (SIGINT included: it flushes, commits and
+             leaves the group). With -e a member exits once the partitions it holds are read.
+             With -p N it reads partition N itself and only stores its offsets (refused while
+             the group has members). Transient topic: a queue group, whose members share the
+             messages. kcat's "lqcat -G GROUP TOPIC" works too (-C implied; one topic).
   -f FMT     output format: %t topic, %p partition, %o offset, %k key, %K key size,
              %s value, %S value size, %T timestamp (unix ms), %h headers (n=v,...), %%,
              and the escapes of -D
