@@ -471,7 +471,8 @@ func (k *Consumer) reporter() {
 }
 
 // Close stops the fetchers and, with a Group and AutoCommit not disabled, commits the
-// positions (bounded by Options.RequestTimeout); it closes the connection of a DialConsumer.
+// positions (bounded by Options.RequestTimeout); a group member then leaves the group, so the
+// other members get its partitions at once. It closes the connection of a DialConsumer.
 // Each and Messages end with ErrClosed; a record whose handler is running during Close is
 // not committed. It is idempotent and safe from any goroutine, including a handler and
 // OnError; it returns the commit's error.

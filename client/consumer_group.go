@@ -135,7 +135,7 @@ func (k *Consumer) heartbeater() {
 	results := make(chan hbResult, 4)
 	outstanding := 0
 	backoff := time.Duration(0)
-	rejoin, joined := false, false
+	rejoin, joined, kicked := false, false, false
 	send := func(c *Conn) {
 		m.mu.Lock()
 		req := wire.Heartbeat{Group: k.opts.Group, Topic: k.topic, Member: m.id, Generation: m.gen, MaxWaitMs: uint32(m.interval / time.Millisecond), Owned: slices.Clone(m.owned)}
@@ -175,17 +175,19 @@ func (k *Consumer) heartbeater() {
 			}
 			rejoin, joined, backoff = false, true, 0
 		}
-		if outstanding == 0 || joined {
+		switch {
+		case outstanding == 0 || joined:
 			send(c)
-			joined = false
+			joined, kicked = false, false
+		case kicked && outstanding < 2:
+			send(c) // reports the release; the broker answers the held one at once
+			kicked = false
 		}
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-m.kick:
-			if outstanding < 2 {
-				send(c) // answers the held one at once
-			}
+			kicked = true
 		case r := <-results:
 			outstanding--
 			m.mu.Lock()
