@@ -131,7 +131,7 @@ func (r *runner) consumeBalanced(ctx context.Context, conn *client.Conn, cc *con
 
 	prefetch := 4 << 20
 	k, err := conn.NewConsumer(ctx, client.ConsumerOptions{
-		Topic: cc.topic, Group: cc.group, Start: balancedStart(cc.start), AutoCommit: -1,
+		Topic: cc.topic, Group: cc.group, Start: balancedStart(cc.start), AutoCommit: -1, SessionTimeout: r.c.sessionTimeout,
 		Prefetch: prefetch, MaxBytes: 1 << 20, OnAssign: onAssign, OnRevoke: onRevoke,
 		OnError: func(err error) { r.warn("%v", err) },
 		// A skipped batch counts as read, for -e and commits; out.mu held.

@@ -58,8 +58,11 @@ func TestBalancedConsumerProcesses(t *testing.T) {
 	}
 	produce(0, 400)
 
-	a := startLqcat(t, bin, srv.Addr(), "A")
+	a := startLqcat(t, bin, srv.Addr(), "A", "-X", "session.timeout.ms=3000")
 	waitFor(t, "A to print the first 400", func() bool { return len(a.printed()) == 400 })
+	if d, err := admin.DescribeGroup(ctx, "g", "ev"); err != nil || len(d.Members) != 1 || d.Members[0].SessionTimeoutMs != 3000 {
+		t.Fatalf("A as a member: %+v %v", d, err)
+	}
 	b := startLqcat(t, bin, srv.Addr(), "B")
 	var split map[string][]uint32
 	waitFor(t, "A and B to hold two partitions each", func() bool {
@@ -173,10 +176,10 @@ func (p *lqcatProc) wait() error {
 	}
 }
 
-// startLqcat starts "lqcat -C -G g -t ev" with client id name.
-func startLqcat(t *testing.T, bin, addr, name string) *lqcatProc {
+// startLqcat starts "lqcat -C -G g -t ev" with client id name and more arguments.
+func startLqcat(t *testing.T, bin, addr, name string, more ...string) *lqcatProc {
 	t.Helper()
-	cmd := exec.Command(bin, "-b", addr, "-C", "-G", "g", "-t", "ev", "-f", `%p %s\n`, "-X", "client.id="+name)
+	cmd := exec.Command(bin, append([]string{"-b", addr, "-C", "-G", "g", "-t", "ev", "-f", `%p %s\n`, "-X", "client.id=" + name}, more...)...)
 	cmd.Env = append(os.Environ(), "LIGHTQ_USER="+userName, "LIGHTQ_PASSWORD="+userPass, "LIGHTQ_ADMIN_PASSWORD=")
 	p := &lqcatProc{cmd: cmd, done: make(chan error, 1)}
 	cmd.Stderr = &syncWriter{mu: &p.mu, b: &p.stderr}

@@ -25,7 +25,7 @@ const usage = `Usage:
   lqcat -L [-t TOPIC] [-G GROUP] [flags]   metadata: topics, partitions, offsets, group lag
   lqcat topic create|delete|list ...       administer topics (lqcat topic --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
-  lqcat group list|describe|reset ...      committed offsets of consumer groups (lqcat group --help)
+  lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same
 letter and meaning.
@@ -34,8 +34,8 @@ Connection and credentials:
   -b HOST[:PORT]          broker (default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port
                           defaults to ` + brokeraddr.DefaultPort + `)
   -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
-                          sasl.username, sasl.password, client.id,
-                          socket.connection.setup.timeout.ms; topic create takes topic
+                          sasl.username, sasl.password, client.id, session.timeout.ms (a
+                          group member's), socket.connection.setup.timeout.ms; topic create takes topic
                           options too. An unknown key is an error.
   --user U --password P   a topic user (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
   --admin-user U --admin-password P
@@ -143,9 +143,10 @@ type common struct {
 	adminUser, adminPassword string
 	json, quiet, verbose     bool
 	timeout                  time.Duration
-	clientName               string   // -X client.id; "lqcat" when empty
-	x                        listFlag // -X key=value: client options (see clientOptions), else topic options
-	topicOptions             []string // the -X values that are not client options, after resolve
+	clientName               string        // -X client.id; "lqcat" when empty
+	sessionTimeout           time.Duration // -X session.timeout.ms: a group member's; 0: the broker's
+	x                        listFlag      // -X key=value: client options (see clientOptions), else topic options
+	topicOptions             []string      // the -X values that are not client options, after resolve
 	// creatingTopic is set by topic create, where -X may be a topic option too and
 	// --user/--password (or the environment's) name the new topic's user rather than a login.
 	creatingTopic bool
