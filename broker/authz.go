@@ -68,6 +68,11 @@ var opNeeds = [256]need{
 	wire.OpSubscribe: needConsume, wire.OpFetch: needConsume, wire.OpListOffsets: needConsume,
 	wire.OpCommitOffset: needConsume, wire.OpFetchCommitted: needConsume,
 
+	// Consumer groups: members read the topic's positions. LIST_GROUPS of every topic lists
+	// the groups of the topics the caller may consume (handleListGroups filters).
+	wire.OpJoinGroup: needConsume, wire.OpHeartbeat: needConsume, wire.OpLeaveGroup: needConsume,
+	wire.OpGroupCommit: needConsume, wire.OpDescribeGroup: needConsume, wire.OpListGroups: needConsume,
+
 	// Only ever the connection's own subscriptions.
 	wire.OpUnsubscribe: needLogin, wire.OpCredit: needLogin,
 }

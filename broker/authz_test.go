@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/rand"
 	"slices"
 	"testing"
 
@@ -216,6 +217,33 @@ func subscribeOrNot(t *testing.T, c *rawClient) uint32 {
 	return resp.SubscriptionID
 }
 
+// joinOrNot joins c to group on dq with a fresh member id, if it may.
+func joinOrNot(t *testing.T, c *rawClient, group string) (wire.Code, wire.JoinGroupResponse, wire.MemberID) {
+	t.Helper()
+	var member wire.MemberID
+	if _, err := rand.Read(member[:]); err != nil {
+		t.Fatal(err)
+	}
+	m := wire.JoinGroup{Group: group, Topic: "dq", Member: member, SessionTimeoutMs: 10_000}
+	code, body := request(t, c, wire.OpJoinGroup, m.AppendTo(nil))
+	var resp wire.JoinGroupResponse
+	if code == 0 {
+		if err := resp.Decode(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return code, resp, member
+}
+
+// leave takes member out of group, so the matrix leaves no member behind.
+func leave(t *testing.T, c *rawClient, group string, member wire.MemberID) {
+	t.Helper()
+	m := wire.LeaveGroup{Group: group, Topic: "dq", Member: member}
+	if code, _ := request(t, c, wire.OpLeaveGroup, m.AppendTo(nil)); code != 0 {
+		t.Fatalf("LEAVE_GROUP of %s: %v", group, code)
+	}
+}
+
 // committed is the admin's FETCH_COMMITTED of group on dq.
 func committed(t *testing.T, e *authzEnv, group string) int64 {
 	t.Helper()
@@ -398,6 +426,75 @@ var authzOps = []authzOp{
 		code, _ := request(t, c, wire.OpFetchCommitted, m.AppendTo(nil))
 		return code
 	}},
+	{"JOIN_GROUP", wire.OpJoinGroup, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, _, member := joinOrNot(t, c, "gj-"+slug(who))
+		if code == 0 {
+			leave(t, c, "gj-"+slug(who), member)
+		}
+		return code
+	}},
+	{"HEARTBEAT", wire.OpHeartbeat, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		group := "gh-" + slug(who)
+		_, resp, member := joinOrNot(t, c, group)
+		m := wire.Heartbeat{Group: group, Topic: "dq", Member: member, Generation: resp.Generation, Owned: resp.Partitions}
+		code, _ := request(t, c, wire.OpHeartbeat, m.AppendTo(nil))
+		if code == 0 {
+			leave(t, c, group, member)
+		}
+		return code
+	}},
+	{"LEAVE_GROUP", wire.OpLeaveGroup, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		group := "gl-" + slug(who)
+		_, _, member := joinOrNot(t, c, group)
+		m := wire.LeaveGroup{Group: group, Topic: "dq", Member: member}
+		code, _ := request(t, c, wire.OpLeaveGroup, m.AppendTo(nil))
+		return code
+	}},
+	{"GROUP_COMMIT", wire.OpGroupCommit, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		group := "gc-" + slug(who)
+		_, resp, member := joinOrNot(t, c, group)
+		var part uint32
+		if len(resp.Partitions) > 0 {
+			part = resp.Partitions[0]
+		}
+		m := wire.GroupCommit{Group: group, Topic: "dq", Member: member, Generation: resp.Generation, Partition: part, Offset: 1}
+		code, _ := request(t, c, wire.OpGroupCommit, m.AppendTo(nil))
+		if code == 0 {
+			leave(t, c, group, member)
+		}
+		if stored := committed(t, e, group) == 1; stored != (code == 0) {
+			t.Errorf("answer %v but committed=%v", code, stored)
+		}
+		return code
+	}},
+	{"LIST_GROUPS named", wire.OpListGroups, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		m := wire.ListGroups{Topic: "dq"}
+		code, _ := request(t, c, wire.OpListGroups, m.AppendTo(nil))
+		return code
+	}},
+	{"LIST_GROUPS all", wire.OpListGroups, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, body := request(t, c, wire.OpListGroups, (&wire.ListGroups{}).AppendTo(nil))
+		if code == 0 {
+			var resp wire.ListGroupsResponse
+			if err := resp.Decode(body); err != nil {
+				t.Fatal(err)
+			}
+			_, hide := visible(who)
+			for _, g := range resp.Groups {
+				for _, h := range hide {
+					if g.Topic == h {
+						t.Errorf("%s's LIST_GROUPS shows group %q of topic %q", who, g.Group, h)
+					}
+				}
+			}
+		}
+		return code
+	}},
+	{"DESCRIBE_GROUP", wire.OpDescribeGroup, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		m := wire.DescribeGroup{Group: "g", Topic: "dq"}
+		code, _ := request(t, c, wire.OpDescribeGroup, m.AppendTo(nil))
+		return code
+	}},
 	{"CREATE_USER", wire.OpCreateUser, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
 		name := "u-" + slug(who)
 		m := wire.UserPassword{User: name, Password: "pw"}
@@ -503,6 +600,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"LIST_OFFSETS":      consume,
 		"COMMIT_OFFSET":     consume,
 		"FETCH_COMMITTED":   consume,
+		"JOIN_GROUP":        consume,
+		"HEARTBEAT":         consume,
+		"LEAVE_GROUP":       consume,
+		"GROUP_COMMIT":      consume,
+		"LIST_GROUPS named": consume,
+		"LIST_GROUPS all":   listAll,
+		"DESCRIBE_GROUP":    consume,
 		"CREATE_USER":       adminOnly,
 		"DELETE_USER":       adminOnly,
 		"SET_PASSWORD":      adminOnly,

@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -93,6 +94,12 @@ type Config struct {
 	// (default 65536; tests make it small).
 	producerIDBlock int64
 
+	// Groups configures the consumer group coordinator: the session timeout a member gets by
+	// default and the bounds of what it may ask for, and the caps on members per group,
+	// groups with members and members in all (a JOIN_GROUP past one: RESOURCE_LIMIT). Its
+	// Now is for tests.
+	Groups group.Config
+
 	// The worker pools run what would block an event loop. A request that finds its pool's
 	// queue full is answered RESOURCE_LIMIT (retry later).
 	// AuthPool runs AUTH and the admin changes (topics, users, roles): argon2 (each run uses
@@ -135,6 +142,7 @@ func DefaultConfig() Config {
 		ProducerExpiry:              24 * time.Hour,
 		MaxProducersPerPartition:    10_000,
 		MaxProducers:                100_000,
+		Groups:                      group.DefaultConfig(),
 		AuthPool:                    PoolSize{Workers: 2, Queue: 256},
 		IOPool:                      PoolSize{Workers: 4, Queue: 4096},
 		MetaPool:                    PoolSize{Workers: 2, Queue: 4096},
@@ -193,7 +201,7 @@ func (c *Config) Validate() error {
 	case c.MaxProducersPerPartition < 1 || c.MaxProducers < 1:
 		return fmt.Errorf("max producers per partition and per broker must be at least 1")
 	}
-	return nil
+	return c.Groups.Validate()
 }
 
 // maxProducerExpiry keeps the expiry within INIT_PRODUCER's u32 of milliseconds.

@@ -10,6 +10,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -59,6 +60,7 @@ type conn struct {
 	gc     gnet.Conn
 	log    zerolog.Logger
 	remote string // IP without port, for login throttling
+	addr   string // host:port, shown by DESCRIBE_GROUP
 
 	helloDone bool
 	principal *principal // who the connection is; what it may do: authorize (authz.go)
@@ -107,10 +109,11 @@ type conn struct {
 	acks        []pendingAck // durable acks from partition syncers
 	acksSpare   []pendingAck
 
-	fetches []*fetchWait // FETCHes waiting for data (long poll)
-	xfer    *transfer    // the FETCH response being sent; nothing else is written meanwhile
-	ready   []readyFetch // FETCH answers prepared by workers, waiting for the socket
-	cold    int          // FETCHes being prepared by workers
+	parks   []*group.Parked // HEARTBEATs the group coordinator holds (long poll; groups.go)
+	fetches []*fetchWait    // FETCHes waiting for data (long poll)
+	xfer    *transfer       // the FETCH response being sent; nothing else is written meanwhile
+	ready   []readyFetch    // FETCH answers prepared by workers, waiting for the socket
+	cold    int             // FETCHes being prepared by workers
 
 	readBlocked    bool         // frames left unread: the client does not read its answers
 	deliverBlocked bool         // deliveries stopped at the high-water mark
@@ -157,6 +160,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 		srv:          s,
 		gc:           gc,
 		remote:       remote,
+		addr:         gc.RemoteAddr().String(),
 		log:          s.log.With().Str("remote", gc.RemoteAddr().String()).Logger(),
 		authDeadline: time.Now().Add(s.cfg.Limits.AuthTimeout),
 		life:         connOpen,
@@ -215,7 +219,7 @@ func (c *conn) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	c.setStalled(c.readBlocked || c.deliverBlocked || c.xferBlocked)
-	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 {
+	if c.srv.stopping.Load() && c.xfer == nil && c.gc.OutboundBuffered() == 0 && !c.hasDeliverable() && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 && len(c.parks) == 0 {
 		// Drained, acks included: say goodbye and close (see Server.Shutdown). A PRODUCE
 		// refused meanwhile gets the goodbye as its answer.
 		msg := "broker is shutting down"
@@ -532,6 +536,7 @@ func (c *conn) finishClose() {
 		fn(c) // with c.closed() true: they release what they hold; their output goes nowhere
 	}
 	c.endFetches()
+	c.unparkAll()
 	for _, s := range c.subs {
 		s.close()
 	}

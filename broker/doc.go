@@ -17,7 +17,10 @@
 // durable partition has a syncer goroutine that fsyncs and answers waiting acks through
 // conn.queueAck. The ticker goroutine (Server.runTicker) only wakes connections. Producers
 // append to a partition's ring on their own loop and wake the loops of the subscribers,
-// which then copy from the ring to their sockets.
+// which then copy from the ring to their sockets. Consumer group membership is package
+// group's Coordinator (Server.groups, in memory): handlers call it on their loops; its timer
+// (a time.AfterFunc) expires sessions and ends held HEARTBEATs, whose answers it hands to
+// the waiting connection through conn.complete.
 //
 // # Lock order
 //
@@ -26,10 +29,11 @@
 //  1. Server.adminMu: serialises topic and user changes (createTopic, deleteTopic, and the
 //     user requests of useradmin.go, on the auth pool). Under it: meta.Store's locks,
 //     auth.Verifier's, offsetlog.Store.mu, durablePart.mu and conn.mu (deleteTopic closes the
-//     logs, failing waiting acks), and the log's (opening and closing logs). A change of a
-//     user's rights is applied to its connections (Server.recheckUser) after adminMu is
-//     released: it copies them out under connsMu, then queues completions (conn.mu) and waits
-//     for them holding no lock.
+//     logs, failing waiting acks), group.Coordinator.mu (deleteTopic drops the topic's
+//     groups), and the log's (opening and closing logs). A change of a user's rights is
+//     applied to its connections (Server.recheckUser) after adminMu is released: it copies
+//     them out under connsMu, then queues completions (conn.mu) and waits for them holding no
+//     lock.
 //  2. topic.mu: the partitions' subscriber tables and queue groups. Under it: Ring.mu
 //     (Ring.End, to start a subscription at the end).
 //  3. queueGroup.mu: a queue group's position. Under it: a ring slot's read lock (claiming
@@ -48,7 +52,10 @@
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),
 // partition.idemMu (taken alone, or under Ring.mu; by the ticker's sweep and STATS alone),
 // producerIDs.mu (never held across I/O; INIT_PRODUCER takes it on the loop),
-// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, loopStates.mu (a
+// workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, group.Coordinator.mu
+// (it calls the waiters of held heartbeats, which take conn.mu, only after releasing it;
+// LIST_GROUPS reads the coordinator and then an offsetlog.Store, never both at once),
+// loopStates.mu (a
 // connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
 // never held across I/O; commit callbacks run after it is released; the topic-to-store map
 // offsetStore.stores is copy-on-write, with no lock). Inside package log, see its package

@@ -83,6 +83,18 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleGrant(h.Op, h.Corr, body)
 	case wire.OpListUsers:
 		c.handleListUsers(h.Corr, body)
+	case wire.OpJoinGroup:
+		c.handleJoinGroup(h.Corr, body)
+	case wire.OpHeartbeat:
+		c.handleHeartbeat(h.Corr, body)
+	case wire.OpLeaveGroup:
+		c.handleLeaveGroup(h.Corr, body)
+	case wire.OpGroupCommit:
+		c.handleGroupCommit(h.Corr, body)
+	case wire.OpListGroups:
+		c.handleListGroups(h.Corr, body)
+	case wire.OpDescribeGroup:
+		c.handleDescribeGroup(h.Corr, body)
 	default:
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
 	}

@@ -119,7 +119,7 @@ func (c *conn) frameRead() { c.partialSince, c.idleSince = time.Time{}, time.Tim
 // timeout minutes.) Runs on the loop.
 func (c *conn) idle() bool {
 	return c.principal != nil && len(c.subs) == 0 && len(c.fetches) == 0 && c.xfer == nil && len(c.ready) == 0 &&
-		c.cold == 0 && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 && c.gc.InboundBuffered() == 0
+		c.cold == 0 && !c.paused && c.durableWaits == 0 && c.commitWaits == 0 && len(c.parks) == 0 && c.gc.InboundBuffered() == 0
 }
 
 // waitingForFrame reports whether the connection waits for the client to finish a frame: input

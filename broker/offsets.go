@@ -251,8 +251,18 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 	if p == nil {
 		return
 	}
-	if next := p.dlog.log.NextOffset(); m.Offset < 0 || m.Offset > next {
-		c.sendError(corr, wire.CodeOffsetOutOfRange, fmt.Sprintf("offset %d outside [0, %d]", m.Offset, next))
+	if c.srv.groups.HasMembers(t.name, m.Group) {
+		c.sendError(corr, wire.CodeGroupNotEmpty, fmt.Sprintf("group %q of topic %q has live members: only they commit for it (GROUP_COMMIT); stop them first", m.Group, t.name))
+		return
+	}
+	c.commit(corr, wire.OpCommitOffset, t, p, m.Group, m.Offset)
+}
+
+// commit stores a checked COMMIT_OFFSET or GROUP_COMMIT (op) in the topic's offsets log; the
+// topic's syncer answers it once it is durable.
+func (c *conn) commit(corr uint32, op wire.Op, t *topic, p *partition, group string, offset int64) {
+	if next := p.dlog.log.NextOffset(); offset < 0 || offset > next {
+		c.sendError(corr, wire.CodeOffsetOutOfRange, fmt.Sprintf("offset %d outside [0, %d]", offset, next))
 		return
 	}
 	to := c.srv.offsets.lookup(t.name)
@@ -262,10 +272,10 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 	}
 	topicName := t.name
 	c.commitWaits++
-	err := to.st.Commit(m.Group, m.Partition, m.Offset, func(err error) {
+	err := to.st.Commit(group, p.id, offset, func(err error) {
 		c.complete(func(c *conn) {
 			c.commitWaits--
-			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(wire.OpCommitOffset, corr) })
+			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(op, corr) })
 		})
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lightq/lightq/broker/auth"
+	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/broker/meta"
 	"github.com/lightq/lightq/broker/workpool"
 	"github.com/lightq/lightq/log/producerstate"
@@ -48,7 +49,8 @@ type Server struct {
 	metaPool *workpool.Pool   // LIST_OFFSETS by time (Config.MetaPool)
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
-	loops    loopStates // per-event-loop scratch (record validation); see loopState
+	groups   *group.Coordinator // consumer group membership (groups.go); in memory only
+	loops    loopStates         // per-event-loop scratch (record validation); see loopState
 
 	pids           *producerIDs          // INIT_PRODUCER's ids (producerids.go)
 	producerBudget *producerstate.Budget // caps producer states in all partitions (Config.MaxProducers)
@@ -138,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 	s.offsets = newOffsetStore(cfg.DataDir, cfg.MaxCommittedOffsetsPerTopic, cfg.MaxCommittedOffsets, func(format string, args ...any) {
 		s.log.Warn().Msgf(format, args...)
 	})
+	s.groups = group.New(cfg.Groups)
 	s.loadTopics(store.State())
 	return s, nil
 }
@@ -255,6 +258,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.stopOnce.Do(func() {
 		s.stopping.Store(true)
+		s.groups.Stop() // answers held heartbeats, so their connections can drain
 		s.log.Info().Msg("shutting down: draining connections")
 		deadline := time.Now().Add(s.cfg.ShutdownDrain)
 		for time.Now().Before(deadline) && ctx.Err() == nil {

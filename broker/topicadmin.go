@@ -258,6 +258,7 @@ func (s *Server) deleteTopic(name string) error {
 		p.wakeAll() // subscribers and waiting fetches learn the topic is gone
 	}
 	if t.kind == wire.KindDurable {
+		s.groups.DropTopic(name)
 		s.offsets.drop(name)
 		if err := t.closeLogs(); err != nil {
 			s.log.Warn().Err(err).Str("topic", name).Msg("closing the logs of a deleted topic")

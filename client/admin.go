@@ -94,8 +94,8 @@ func (c *Conn) Stats(ctx context.Context, topic string) ([]wire.TopicStats, erro
 	return resp.Topics, nil
 }
 
-// FetchResult is the answer to a FETCH: the partition's offsets and the raw batches, which
-// Batches walks. It owns its memory.
+// FetchResult is the answer to a FETCH: the partition's offsets and the raw batches
+// (FetchResponse.Batches), which Iter walks. It owns its memory.
 type FetchResult struct {
 	wire.FetchResponse
 	topic    string
@@ -103,15 +103,16 @@ type FetchResult struct {
 	maxBatch int
 }
 
-// Batches returns an iterator over the fetched batches.
-func (r *FetchResult) Batches() BatchIter {
+// Iter returns an iterator over the fetched batches, r.Batches. (It was called Batches,
+// which hid the embedded field of the raw bytes.)
+func (r *FetchResult) Iter() BatchIter {
 	return BatchIter{topic: r.topic, partition: int32(r.Partition), hw: r.HighWatermark, from: r.offset, rest: r.FetchResponse.Batches, max: r.maxBatch}
 }
 
 // BatchIter walks a sequence of whole record batches, validating each one (wire.ParseBatch:
 // CRC and structure). Records decompresses and checks the records of the current batch.
 //
-//	it := res.Batches()
+//	it := res.Iter()
 //	for it.Next() { bt := it.Batch(); records, err := it.Records(&comp, buf); ... }
 //	if err := it.Err(); err != nil { ... }
 //

@@ -30,14 +30,40 @@ type ConsumerOptions struct {
 	Topic string
 	// Partitions to consume; default every partition of the topic.
 	Partitions []int32
-	// Group, when set, names a consumer group: each partition starts at the group's committed
-	// offset (FETCH_COMMITTED), or at Start when the group has committed nothing for it, and
-	// Commit / AutoCommit store the consumer's positions for the group. Groups are
-	// client-side: two consumers of one group do not share the partitions, they both read
-	// what they are given.
+	// Group, when set, names a consumer group, and the consumer is one of its members: the
+	// broker assigns it a share of the topic's partitions (PROTOCOL.md 10.1) and moves
+	// partitions between the members as they join and leave. Each partition it is given
+	// starts at the group's committed offset, or at Start when the group has committed
+	// nothing for it; Commit / AutoCommit store its positions for the group (GROUP_COMMIT).
+	// When a partition is taken away, the consumer stops delivering it, commits its
+	// position (see OnRevoke) and lets it go; Close commits and leaves the group, so the
+	// others take over at once. A group member may not set Partitions.
 	Group string
+	// OffsetsOnly, with a Group, does not join it: the consumer reads Partitions (default
+	// all) and only stores its positions for the group, with COMMIT_OFFSET, which the broker
+	// refuses (GROUP_NOT_EMPTY) while the group has members.
+	OffsetsOnly bool
+	// SessionTimeout of a group member: the broker gives its partitions to the others when
+	// it has heard nothing from it for this long (a crash, a network cut). Default 0: the
+	// broker's (10s by default).
+	SessionTimeout time.Duration
+	// OnAssign, for a group member, is called with the partitions given to the consumer and
+	// the offset each starts at, before any of their records is delivered. Calls are made
+	// one at a time, from a consumer goroutine (the first one from NewConsumer, before it
+	// returns), never while a handler runs for those partitions.
+	OnAssign func(starts map[int32]int64)
+	// OnRevoke, for a group member, is called with partitions taken from the consumer once
+	// Each delivers none of their records any more and before their positions are committed:
+	// the application may finish what it holds for them. It returns the next offsets to
+	// commit for them instead of their positions, or nil to commit the positions. lost is
+	// true when the membership itself ended (the session expired): nothing is committed
+	// then, and the consumer joins again.
+	OnRevoke func(partitions []int32, lost bool) map[int32]int64
 	// Start is where a partition without a committed offset starts. Default Earliest().
 	Start StartPosition
+	// Starts overrides Start for the partitions it names, so that each partition can
+	// resume at its own offset without a group.
+	Starts map[int32]StartPosition
 	// MaxBytes is the max bytes of one FETCH. Default 1 MiB. The broker always sends at least
 	// one whole batch, so a larger batch still comes through.
 	MaxBytes int
@@ -108,6 +134,15 @@ type Consumer struct {
 	addr  string
 	dopts Options
 
+	// member is the group membership (nil without a Group, or with OffsetsOnly); see
+	// consumer_group.go.
+	member *membership
+
+	// activeMu guards session and the partitions' fetcher fields: who starts and stops the
+	// per-partition fetchers (the session supervisor, the group reconciler).
+	activeMu sync.Mutex
+	session  *session // the fetchers' current session; nil while redialling
+
 	connMu sync.Mutex
 	conn   *Conn
 
@@ -136,6 +171,15 @@ type Consumer struct {
 	msgsStop context.CancelFunc
 	msgsDone chan struct{} // closed when the Messages goroutine has returned; under mu
 
+	// Revocation of partitions (group members): the reconciler stores the partitions in
+	// revoking and sets revokeReq; whoever holds consumeMu (Each, between two records, or the
+	// reconciler itself when no Each runs) applies it and closes revokeDone. Each checks
+	// revokeReq once per record: one atomic load.
+	revokeMu   sync.Mutex // one revocation at a time
+	revokeReq  atomic.Bool
+	revoking   []*partState  // under consumeMu once revokeReq is set
+	revokeDone chan struct{} // closed once applied
+
 	// Each's state, owned by whoever holds consumeMu.
 	consumeMu sync.Mutex
 	cur       *chunk
@@ -147,9 +191,12 @@ type Consumer struct {
 	recv      Received
 }
 
-// partState is one consumed partition.
+// partState is one partition of the topic; the consumer delivers it while active.
 type partState struct {
 	id        int32
+	active    atomic.Bool  // consumed now: fetched and delivered (a group member's assignment)
+	resumable atomic.Bool  // lost with the membership, uncommitted: may resume at pos (startPartition)
+	fetcher   *session     // under Consumer.activeMu: the partition's fetcher, nil when none runs
 	pos       atomic.Int64 // next offset to deliver; written by Each only (and at setup)
 	committed atomic.Int64 // last offset committed for the group, -1 when none
 	moved     atomic.Bool  // pos moved by a delivery: Commit has something to store
@@ -216,8 +263,23 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *red
 	if opts.Isolation > wire.IsolationWritten {
 		return nil, fmt.Errorf("lightq: isolation %d", opts.Isolation)
 	}
-	if opts.Start.kind == startOffset && opts.Start.offset < 0 {
-		return nil, fmt.Errorf("lightq: start offset %d", opts.Start.offset)
+	if err := opts.Start.check(); err != nil {
+		return nil, err
+	}
+	for _, st := range opts.Starts {
+		if err := st.check(); err != nil {
+			return nil, err
+		}
+	}
+	memberMode := opts.Group != "" && !opts.OffsetsOnly
+	if memberMode && len(opts.Partitions) > 0 {
+		return nil, errors.New("lightq: a group member is assigned its partitions by the broker: leave Partitions empty, or set OffsetsOnly to choose them")
+	}
+	if opts.OffsetsOnly && opts.Group == "" {
+		return nil, errors.New("lightq: OffsetsOnly needs a Group")
+	}
+	if opts.SessionTimeout < 0 || opts.SessionTimeout > 0 && opts.SessionTimeout < time.Millisecond {
+		return nil, fmt.Errorf("lightq: session timeout %v", opts.SessionTimeout)
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 1 << 20
@@ -250,6 +312,11 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *red
 			ids = append(ids, int32(pm.ID))
 		}
 	}
+	for id := range opts.Starts {
+		if id < 0 || int(id) >= len(md[0].Partitions) {
+			return nil, &wire.Error{Code: wire.CodeUnknownPartition, Message: fmt.Sprintf("Starts: topic %q has partitions 0-%d, not %d", opts.Topic, len(md[0].Partitions)-1, id)}
+		}
+	}
 	k := &Consumer{
 		topic: opts.Topic, opts: opts, byID: make(map[int32]*partState, len(ids)),
 		maxBatch: c.Limits().MaxBatch, maxBytes: uint32(opts.MaxBytes), maxWait: uint32(opts.MaxWait / time.Millisecond),
@@ -276,22 +343,42 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *red
 		k.byID[id] = p
 		k.parts = append(k.parts, p)
 	}
-	for _, p := range k.parts {
-		start, err := k.resolveStart(ctx, c, p)
-		if err != nil {
-			return nil, err
-		}
-		p.pos.Store(start)
-	}
 	k.recv.Topic = opts.Topic
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.msgsCtx, k.msgsStop = context.WithCancel(context.Background())
+	if memberMode {
+		if k.member, err = newMembership(opts.SessionTimeout); err != nil {
+			return nil, err
+		}
+		if err := k.join(ctx, c); err != nil {
+			k.member.cancel()
+			return nil, err
+		}
+		// The first assignment: its starts are resolved before NewConsumer returns.
+		if err := k.reconcile(); err != nil {
+			_ = k.leave()
+			k.member.cancel()
+			return nil, err
+		}
+	} else {
+		for _, p := range k.parts {
+			start, err := k.resolveStart(ctx, c, p)
+			if err != nil {
+				return nil, err
+			}
+			p.pos.Store(start)
+			p.active.Store(true)
+		}
+	}
 	go k.reporter()
 	if k.owned {
 		k.wg.Add(1)
 		go k.supervise(c)
 	} else {
 		k.startSession(c)
+	}
+	if memberMode {
+		k.startMember()
 	}
 	if opts.Group != "" && opts.AutoCommit > 0 {
 		k.wg.Add(1)
@@ -303,11 +390,13 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *red
 // Topic is the consumed topic.
 func (k *Consumer) Topic() string { return k.topic }
 
-// Partitions lists the consumed partitions.
+// Partitions lists the consumed partitions: for a group member, those assigned to it now.
 func (k *Consumer) Partitions() []int32 {
-	out := make([]int32, len(k.parts))
-	for i, p := range k.parts {
-		out[i] = p.id
+	var out []int32
+	for _, p := range k.parts {
+		if p.active.Load() {
+			out = append(out, p.id)
+		}
 	}
 	return out
 }
@@ -315,7 +404,7 @@ func (k *Consumer) Partitions() []int32 {
 // Position is the next offset the consumer will deliver from partition (the offset of the
 // last delivered record + 1, or the start offset), or -1 for a partition it does not consume.
 func (k *Consumer) Position(partition int32) int64 {
-	if p := k.byID[partition]; p != nil {
+	if p := k.byID[partition]; p != nil && p.active.Load() {
 		return p.pos.Load()
 	}
 	return -1
@@ -382,7 +471,8 @@ func (k *Consumer) reporter() {
 }
 
 // Close stops the fetchers and, with a Group and AutoCommit not disabled, commits the
-// positions (bounded by Options.RequestTimeout); it closes the connection of a DialConsumer.
+// positions (bounded by Options.RequestTimeout); a group member then leaves the group, so the
+// other members get its partitions at once. It closes the connection of a DialConsumer.
 // Each and Messages end with ErrClosed; a record whose handler is running during Close is
 // not committed. It is idempotent and safe from any goroutine, including a handler and
 // OnError; it returns the commit's error.
@@ -395,6 +485,9 @@ func (k *Consumer) Close() error {
 		k.mu.Unlock()
 		k.closed.Store(true)
 		close(k.closing)
+		if k.member != nil {
+			k.stopMember() // no more assignments or revocations; still a member
+		}
 		k.cancel()
 		k.msgsStop()
 		k.mu.Lock()
@@ -406,7 +499,10 @@ func (k *Consumer) Close() error {
 			<-msgsDone
 		}
 		k.wg.Wait()
-		if k.opts.Group != "" && k.opts.AutoCommit > 0 {
+		switch {
+		case k.member != nil:
+			k.closeErr = k.leave() // commits first, unless AutoCommit is disabled
+		case k.opts.Group != "" && k.opts.AutoCommit > 0:
 			c := k.currentConn()
 			ctx, cancel := c.withTimeout(context.Background())
 			k.closeErr = k.Commit(ctx)

@@ -10,19 +10,20 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// Group commits: Commit and CommitOffsets store positions with COMMIT_OFFSET, pipelined;
-// the auto-committer goroutine calls Commit every AutoCommit.
+// Group commits: Commit and CommitOffsets store positions, pipelined, with GROUP_COMMIT for a
+// group member (its member id and generation) and COMMIT_OFFSET in offset-only mode; the
+// auto-committer goroutine calls Commit every AutoCommit.
 
-// Commit stores, for the consumer's Group, the position of every partition that delivered
-// records since the last commit: the offset of its last delivered record + 1. The broker
-// answers once the commit is durable.
+// Commit stores, for the consumer's Group, the position of every partition it consumes that
+// delivered records since the last commit: the offset of its last delivered record + 1. The
+// broker answers once the commit is durable.
 func (k *Consumer) Commit(ctx context.Context) error {
 	if k.opts.Group == "" {
 		return errors.New("lightq: Commit needs ConsumerOptions.Group")
 	}
 	offsets := make(map[int32]int64)
 	for _, p := range k.parts {
-		if pos := p.pos.Load(); p.moved.Load() && pos != p.committed.Load() {
+		if pos := p.pos.Load(); p.active.Load() && p.moved.Load() && pos != p.committed.Load() {
 			offsets[p.id] = pos
 		}
 	}
@@ -30,7 +31,9 @@ func (k *Consumer) Commit(ctx context.Context) error {
 }
 
 // CommitOffsets stores, for the consumer's Group, the given next offsets to read, by
-// partition. The requests are pipelined; the errors are joined.
+// partition. The requests are pipelined; the errors are joined. A group member may commit
+// only the partitions it holds (its assignment, and partitions being revoked until they are
+// let go): the broker refuses others with FENCED_MEMBER.
 func (k *Consumer) CommitOffsets(ctx context.Context, offsets map[int32]int64) error {
 	if k.opts.Group == "" {
 		return errors.New("lightq: CommitOffsets needs ConsumerOptions.Group")
@@ -44,9 +47,19 @@ func (k *Consumer) CommitOffsets(ctx context.Context, offsets map[int32]int64) e
 	var wg sync.WaitGroup
 	var emu sync.Mutex
 	var errs []error
+	var gen uint32
+	if k.member != nil {
+		gen = k.member.generation()
+	}
 	for part, off := range offsets {
 		wg.Go(func() {
-			err := c.CommitOffset(ctx, wire.CommitOffset{Group: k.opts.Group, Topic: k.topic, Partition: uint32(part), Offset: off})
+			var err error
+			if k.member != nil {
+				req := wire.GroupCommit{Group: k.opts.Group, Topic: k.topic, Member: k.member.id, Generation: gen, Partition: uint32(part), Offset: off}
+				_, err = c.roundTrip(ctx, wire.OpGroupCommit, req.AppendTo(nil))
+			} else {
+				err = c.CommitOffset(ctx, wire.CommitOffset{Group: k.opts.Group, Topic: k.topic, Partition: uint32(part), Offset: off})
+			}
 			if err != nil {
 				emu.Lock()
 				errs = append(errs, fmt.Errorf("lightq: commit %s partition %d offset %d: %w", k.topic, part, off, err))

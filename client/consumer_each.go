@@ -38,8 +38,12 @@ const (
 
 func (k *Consumer) each(ctx context.Context, handler func(*Received) error, onError positionOnError) error {
 	k.consumeMu.Lock()
-	defer k.consumeMu.Unlock()
+	defer func() {
+		k.applyRevoke() // one asked for while this Each ran
+		k.consumeMu.Unlock()
+	}()
 	done := ctx.Done()
+outer:
 	for {
 		if k.cur == nil {
 			ch, err := k.pop(ctx)
@@ -61,6 +65,9 @@ func (k *Consumer) each(ctx context.Context, handler func(*Received) error, onEr
 					return ctx.Err()
 				default:
 				}
+				if k.revokeReq.Load() && k.applyRevoke() {
+					continue outer
+				}
 				b := &ch.batches[k.bi]
 				k.bi++
 				if b.bad != nil {
@@ -80,6 +87,9 @@ func (k *Consumer) each(ctx context.Context, handler func(*Received) error, onEr
 				}
 				if k.closed.Load() {
 					return ErrClosed
+				}
+				if k.revokeReq.Load() && k.applyRevoke() {
+					continue outer // this chunk's partition was revoked
 				}
 				r.Offset = k.rec.Offset
 				r.Timestamp = time.UnixMilli(k.rec.Timestamp)

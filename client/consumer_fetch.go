@@ -112,6 +112,9 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 		p.comp = wire.Compressor{}
 		s.wg.Done()
 		k.wg.Done()
+		if s.exited != nil {
+			close(s.exited)
+		}
 	}()
 	next := p.pos.Load()
 	backoff := time.Duration(0)

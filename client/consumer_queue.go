@@ -126,6 +126,9 @@ func (k *Consumer) enqueueFatal(p *partState, err error) {
 // is closed or has reached a fatal error.
 func (k *Consumer) pop(ctx context.Context) (*chunk, error) {
 	for {
+		if k.revokeReq.Load() {
+			k.applyRevoke()
+		}
 		k.mu.Lock()
 		if k.err != nil {
 			err := k.err

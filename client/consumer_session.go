@@ -14,29 +14,82 @@ import (
 // DialConsumer's supervisor starts a new one on every reconnect, after dropping what the old
 // one had queued.
 
-// session is one connection's set of fetchers.
+// session is one connection's set of fetchers. Each fetcher runs in a sub-session of its
+// own (same connection and WaitGroup, a context of its own, exited closed when it returns),
+// so that a group member can stop one partition's fetcher.
 type session struct {
 	c      *Conn
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     *sync.WaitGroup // every fetcher of the session
+	exited chan struct{}   // a fetcher's sub-session: closed when the fetcher returned
 }
 
-// startSession starts one fetcher per partition on c.
+// startSession makes a session on c the consumer's and starts a fetcher for every active
+// partition.
 func (k *Consumer) startSession(c *Conn) *session {
-	s := &session{c: c}
+	s := &session{c: c, wg: &sync.WaitGroup{}}
 	s.ctx, s.cancel = context.WithCancel(k.ctx)
+	k.activeMu.Lock()
+	k.session = s
 	for _, p := range k.parts {
-		s.wg.Add(1)
-		k.wg.Add(1)
-		go k.fetchLoop(s, p)
+		if p.active.Load() {
+			k.startFetcherLocked(s, p)
+		}
 	}
+	k.activeMu.Unlock()
 	return s
 }
 
-func (s *session) stop() {
+// startFetcherLocked starts p's fetcher in session s. Caller holds activeMu.
+func (k *Consumer) startFetcherLocked(s *session, p *partState) {
+	sub := &session{c: s.c, wg: s.wg, exited: make(chan struct{})}
+	sub.ctx, sub.cancel = context.WithCancel(s.ctx)
+	p.fetcher = sub
+	s.wg.Add(1)
+	k.wg.Add(1)
+	go k.fetchLoop(sub, p)
+}
+
+// endSession stops every fetcher of s and waits for them. No fetcher starts in s meanwhile.
+func (k *Consumer) endSession(s *session) {
+	k.activeMu.Lock()
+	if k.session == s {
+		k.session = nil
+	}
+	k.activeMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	k.activeMu.Lock()
+	for _, p := range k.parts {
+		if p.fetcher != nil && p.fetcher.wg == s.wg {
+			p.fetcher = nil
+		}
+	}
+	k.activeMu.Unlock()
+}
+
+// activate makes p consumed: its fetcher starts (at its position) in the current session.
+func (k *Consumer) activate(p *partState) {
+	k.activeMu.Lock()
+	p.active.Store(true)
+	if k.session != nil && p.fetcher == nil {
+		k.startFetcherLocked(k.session, p)
+	}
+	k.activeMu.Unlock()
+}
+
+// deactivate stops p's fetcher and waits until it returned: nothing more of p is queued.
+func (k *Consumer) deactivate(p *partState) {
+	k.activeMu.Lock()
+	p.active.Store(false)
+	f := p.fetcher
+	p.fetcher = nil
+	k.activeMu.Unlock()
+	if f != nil {
+		f.cancel()
+		<-f.exited
+	}
 }
 
 // supervise runs the sessions of a reconnecting consumer: when the connection breaks, it
@@ -50,7 +103,7 @@ func (k *Consumer) supervise(c *Conn) {
 		case <-c.Done():
 		case <-k.ctx.Done():
 		}
-		s.stop()
+		k.endSession(s)
 		if k.ctx.Err() != nil {
 			return
 		}

@@ -26,6 +26,7 @@ const (
 	startLatest
 	startOffset
 	startTime
+	startFromEnd
 )
 
 // Earliest starts at the oldest record still stored (the log start offset).
@@ -49,13 +50,28 @@ func (s StartPosition) String() string {
 		return "latest"
 	case startOffset:
 		return fmt.Sprintf("offset %d", s.offset)
+	case startFromEnd:
+		return fmt.Sprintf("%d before the end", s.offset)
 	case startTime:
 		return "time " + s.time.Format(time.RFC3339Nano)
 	}
 	return "earliest"
 }
 
-// resolveStart returns the group's committed offset for p, or the Start position's offset.
+// FromEnd starts n records before the end of the log (at the log start when it holds
+// fewer), the end being the last readable record when the consumer starts the partition.
+func FromEnd(n int64) StartPosition { return StartPosition{kind: startFromEnd, offset: n} }
+
+// check reports a start position that cannot be used.
+func (s StartPosition) check() error {
+	if (s.kind == startOffset || s.kind == startFromEnd) && s.offset < 0 {
+		return fmt.Errorf("lightq: start position %v: negative", s)
+	}
+	return nil
+}
+
+// resolveStart returns the group's committed offset for p, or the Start position's offset
+// (Starts[p] when it names p).
 func (k *Consumer) resolveStart(ctx context.Context, c *Conn, p *partState) (int64, error) {
 	if k.opts.Group != "" {
 		off, err := c.FetchCommitted(ctx, wire.FetchCommitted{Group: k.opts.Group, Topic: k.topic, Partition: uint32(p.id)})
@@ -67,10 +83,23 @@ func (k *Consumer) resolveStart(ctx context.Context, c *Conn, p *partState) (int
 			return off, nil
 		}
 	}
+	st := k.opts.Start
+	if s, ok := k.opts.Starts[p.id]; ok {
+		st = s
+	}
 	lo := wire.ListOffsets{Topic: k.topic, Partition: uint32(p.id)}
-	switch st := k.opts.Start; st.kind {
+	switch st.kind {
 	case startOffset:
 		return st.offset, nil
+	case startFromEnd:
+		lo.Mode = wire.OffsetLatest
+		end, err := c.ListOffsets(ctx, lo)
+		if err != nil {
+			return 0, err
+		}
+		lo.Mode = wire.OffsetEarliest
+		begin, err := c.ListOffsets(ctx, lo)
+		return max(begin, end-st.offset), err
 	case startTime:
 		lo.Mode, lo.Timestamp = wire.OffsetTimestamp, st.time.UnixMilli()
 	case startLatest:
@@ -79,7 +108,7 @@ func (k *Consumer) resolveStart(ctx context.Context, c *Conn, p *partState) (int
 		lo.Mode = wire.OffsetEarliest
 	}
 	off, err := c.ListOffsets(ctx, lo)
-	if err != nil || k.opts.Start.kind != startLatest || k.opts.Isolation != wire.IsolationWritten {
+	if err != nil || st.kind != startLatest || k.opts.Isolation != wire.IsolationWritten {
 		return off, err
 	}
 	// LIST_OFFSETS latest is the durable end; a written-isolation consumer starts at the

@@ -211,6 +211,7 @@ func TestConsumerPoisonBatches(t *testing.T) {
 			if err != nil || off != pl.end {
 				t.Fatalf("committed %d (%v), want %d", off, err, pl.end)
 			}
+			k.Close() // leaves the group (AutoCommit -1: commits nothing more)
 			k2 := ckConsumer(t, c, client.ConsumerOptions{Topic: "dur", Group: group, AutoCommit: -1})
 			if k2.Position(0) != pl.end {
 				t.Fatalf("the group resumes at %d, want %d", k2.Position(0), pl.end)
@@ -284,7 +285,7 @@ func fetchAll(t *testing.T, c *client.Conn, from int64) (bases []int64, skipped 
 		if off >= res.HighWatermark {
 			return bases, skipped
 		}
-		it := res.Batches()
+		it := res.Iter()
 		for {
 			for it.Next() {
 				off = it.Batch().NextOffset()

@@ -17,7 +17,12 @@
 //
 //	k, err := c.NewConsumer(ctx, client.ConsumerOptions{Topic: "audit", Group: "auditor"})
 //	err = k.Each(ctx, func(m *client.Received) error { ...; return nil })
-//	err = k.Close() // commits the group's positions
+//	err = k.Close() // commits the group's positions and leaves the group
+//
+// A Consumer with a Group is a member of it: the broker gives it a share of the topic's
+// partitions and moves them between members as they come and go (ConsumerOptions.Group,
+// OnAssign, OnRevoke); OffsetsOnly keeps the consumer's own partitions and only stores
+// their positions for the group.
 //
 // # Concurrency
 //
@@ -33,10 +38,12 @@
 // including from a handler and from OnError. A Consumer runs, until Close or a fatal error:
 // one fetcher goroutine per partition (per connection, for a DialConsumer), the goroutine that
 // calls OnError (one call at a time), an auto-committer when it has a Group and AutoCommit is
-// not disabled, the supervisor that redials for a DialConsumer, and the goroutine behind
-// Messages once that is called. Close waits for the fetchers, the supervisor and the
-// auto-committer; the OnError goroutine ends after its current call, and the Messages one by
-// closing the channel.
+// not disabled, the supervisor that redials for a DialConsumer, the goroutine behind
+// Messages once that is called, and for a group member the heartbeater and the reconciler,
+// which calls OnAssign and OnRevoke. Close waits for the fetchers, the supervisor, the
+// auto-committer and a member's two; the OnError goroutine ends after its current call, and
+// the Messages one by closing the channel. A revocation waits until no handler of Each runs
+// (it is applied between two records), so a handler that never returns holds its partition.
 //
 // # Errors
 //
@@ -62,7 +69,9 @@
 // the DialConsumer supervisor that redials), consumer_fetch.go (the per-partition fetcher:
 // pipelined FETCHes, verification, decompression, retries), consumer_queue.go (the queue
 // between fetchers and Each, bounded by Prefetch, with chunk reuse), consumer_each.go (Each
-// and Messages), consumer_commit.go (group commits, the auto-committer).
+// and Messages), consumer_commit.go (group commits, the auto-committer), consumer_group.go
+// (group membership: join, held heartbeats, the reconciler that starts and revokes
+// partitions, leave), group_admin.go (ListGroups, DescribeGroup).
 //
 // One reader goroutine per Conn reads frames into a reused buffer and dispatches them by op and
 // correlation id: DELIVER frames to the subscription named by their correlation id, ERROR and
@@ -77,5 +86,6 @@
 // Lock order: Producer.mu, Conn.wmu, Conn.mu, then Producer.ackMu or Subscription.mu.
 // Subscription.consumeMu is held by the consumer only and taken before Subscription.mu.
 // Consumer.commitMu, then Consumer.mu, then Conn's locks; Consumer.consumeMu is held by Each
-// only and taken before Consumer.mu.
+// (or, with TryLock, by a revocation when no Each runs) and taken before Consumer.mu;
+// Consumer.revokeMu before consumeMu; Consumer.activeMu and membership.mu are leaves.
 package client

@@ -180,7 +180,7 @@ func ExampleConn_NewConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer k.Close() // commits the group's position
+	defer k.Close() // commits the group's position and leaves the group
 	errDone := errors.New("done")
 	err = k.Each(ctx, func(m *client.Received) error {
 		fmt.Printf("offset %d: %s %s\n", m.Offset, m.Key, m.Value)

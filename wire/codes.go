@@ -63,6 +63,10 @@ const (
 	CodeOutOfOrderSequence  Code = 31 // an idempotent batch's base sequence is not the next expected; nothing stored
 	CodeProducerFenced      Code = 32 // a newer epoch of the producer id has written the partition; nothing stored
 	CodeUnknownProducer     Code = 33 // the broker holds no state of the producer id (new, expired, lost); nothing stored
+	// Consumer groups (PROTOCOL.md section 10.1).
+	CodeUnknownMember Code = 34 // the member id is not in the group (never joined, left, or expired): join again
+	CodeFencedMember  Code = 35 // the member does not hold the partition in that generation: stop it, do not commit
+	CodeGroupNotEmpty Code = 36 // an offset-only commit (or reset) of a group that has live members
 )
 
 type codeInfo struct {
@@ -104,6 +108,9 @@ var codeTable = map[Code]codeInfo{
 	CodeOutOfOrderSequence:  {"OUT_OF_ORDER_SEQUENCE", false},
 	CodeProducerFenced:      {"PRODUCER_FENCED", false},
 	CodeUnknownProducer:     {"UNKNOWN_PRODUCER", false},
+	CodeUnknownMember:       {"UNKNOWN_MEMBER", false},
+	CodeFencedMember:        {"FENCED_MEMBER", false},
+	CodeGroupNotEmpty:       {"GROUP_NOT_EMPTY", false},
 }
 
 func (c Code) String() string {

@@ -53,6 +53,12 @@ const (
 	OpListOffsets    Op = 0x41
 	OpCommitOffset   Op = 0x42
 	OpFetchCommitted Op = 0x43
+	OpJoinGroup      Op = 0x44
+	OpHeartbeat      Op = 0x45
+	OpLeaveGroup     Op = 0x46
+	OpGroupCommit    Op = 0x47
+	OpListGroups     Op = 0x48
+	OpDescribeGroup  Op = 0x49
 )
 
 var opNames = map[Op]string{
@@ -64,6 +70,9 @@ var opNames = map[Op]string{
 	OpFetchCommitted: "FETCH_COMMITTED", OpCreateUser: "CREATE_USER",
 	OpDeleteUser: "DELETE_USER", OpSetPassword: "SET_PASSWORD", OpGrant: "GRANT",
 	OpRevoke: "REVOKE", OpListUsers: "LIST_USERS",
+	OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
+	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
+	OpDescribeGroup: "DESCRIBE_GROUP",
 }
 
 func (o Op) String() string {

@@ -272,21 +272,24 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 24 {
-		t.Errorf("%d known ops, want 24", known)
+	if known != 30 {
+		t.Errorf("%d known ops, want 30", known)
 	}
 }
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 33 {
-		t.Fatalf("%d codes, want 33", len(codes))
+	if len(codes) != 36 {
+		t.Fatalf("%d codes, want 36", len(codes))
 	}
 	for i, c := range codes {
 		// Codes are allocated in ranges, so there may be gaps; the list is in order.
 		if c == 0 || i > 0 && c <= codes[i-1] || strings.HasPrefix(c.String(), "CODE_") {
 			t.Fatalf("Codes()[%d] = %d (%v) after %v: want named codes from 1, in increasing order", i, c, c, codes[max(i-1, 0)])
 		}
+	}
+	if len(codes) < 31 {
+		t.Fatalf("%d codes, want at least 31", len(codes))
 	}
 	fatal := map[wire.Code]bool{
 		wire.CodeMalformedFrame: true, wire.CodeUnsupportedVersion: true, wire.CodeFrameTooLarge: true,

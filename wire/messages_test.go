@@ -84,7 +84,43 @@ func bodyCases() []struct {
 		{"InitProducer new", &wire.InitProducer{PreviousID: wire.NoProducer, PreviousEpoch: wire.NoProducer}, func() wireBody { return new(wire.InitProducer) }, 0},
 		{"InitProducer bump", &wire.InitProducer{PreviousID: 1 << 62, PreviousEpoch: 32767}, func() wireBody { return new(wire.InitProducer) }, 0},
 		{"InitProducerResponse", &wire.InitProducerResponse{ProducerID: 4097, ProducerEpoch: 3, Window: 5, ExpiryMs: 86400000}, func() wireBody { return new(wire.InitProducerResponse) }, 0},
+		{"JoinGroup", &wire.JoinGroup{Group: "g", Topic: "audit", Member: testMember, SessionTimeoutMs: 10000, ClientID: "c-1"}, func() wireBody { return new(wire.JoinGroup) }, 0},
+		{"JoinGroup max", &wire.JoinGroup{Group: long, Topic: strings.Repeat("t", wire.MaxTopicName), Member: testMember, SessionTimeoutMs: 1<<32 - 1, ClientID: long}, func() wireBody { return new(wire.JoinGroup) }, 0},
+		{"JoinGroupResponse", &wire.JoinGroupResponse{Generation: 7, SessionTimeoutMs: 10000, HeartbeatIntervalMs: 3333, Partitions: []uint32{0, 5, 1023}}, func() wireBody { return new(wire.JoinGroupResponse) }, 0},
+		{"JoinGroupResponse no partitions", &wire.JoinGroupResponse{Generation: 1}, func() wireBody { return new(wire.JoinGroupResponse) }, 0},
+		{"Heartbeat", &wire.Heartbeat{Group: "g", Topic: "audit", Member: testMember, Generation: 9, MaxWaitMs: 3000, Owned: []uint32{1, 2}}, func() wireBody { return new(wire.Heartbeat) }, 0},
+		{"Heartbeat all partitions", &wire.Heartbeat{Group: "g", Topic: "audit", Member: testMember, Owned: allPartitions()}, func() wireBody { return new(wire.Heartbeat) }, 0},
+		{"HeartbeatResponse", &wire.HeartbeatResponse{Generation: 9, HeartbeatIntervalMs: 100, Partitions: []uint32{3}}, func() wireBody { return new(wire.HeartbeatResponse) }, 0},
+		{"LeaveGroup", &wire.LeaveGroup{Group: "g", Topic: "audit", Member: testMember}, func() wireBody { return new(wire.LeaveGroup) }, 0},
+		{"GroupCommit", &wire.GroupCommit{Group: "g", Topic: "audit", Member: testMember, Generation: 4, Partition: 2, Offset: 1 << 40}, func() wireBody { return new(wire.GroupCommit) }, 0},
+		{"ListGroups", &wire.ListGroups{Topic: "audit", AfterGroup: "a", AfterTopic: "b"}, func() wireBody { return new(wire.ListGroups) }, 0},
+		{"ListGroups all", &wire.ListGroups{}, func() wireBody { return new(wire.ListGroups) }, 0},
+		{"ListGroupsResponse", &wire.ListGroupsResponse{More: true, Groups: []wire.GroupListing{
+			{Group: "g", Topic: "audit", Members: 3, Generation: 12, Committed: 8, Lag: 1 << 50}, {Group: "h", Topic: "x"},
+		}}, func() wireBody { return new(wire.ListGroupsResponse) }, 0},
+		{"ListGroupsResponse empty", &wire.ListGroupsResponse{}, func() wireBody { return new(wire.ListGroupsResponse) }, 0},
+		{"DescribeGroup", &wire.DescribeGroup{Group: "g", Topic: "audit"}, func() wireBody { return new(wire.DescribeGroup) }, 0},
+		{"DescribeGroupResponse", &wire.DescribeGroupResponse{Generation: 5,
+			Members: []wire.GroupMember{
+				{Member: testMember, ClientID: "c-1", Address: "127.0.0.1:5000", SessionTimeoutMs: 10000, Assigned: []uint32{0, 1}, Revoking: []uint32{2}},
+				{Member: wire.MemberID{1}, SessionTimeoutMs: 1},
+			},
+			Partitions: []wire.GroupPartition{{Partition: 0, Committed: 10, EndOffset: 15, Lag: 5}, {Partition: 1, Committed: -1, EndOffset: 0, Lag: -1}},
+		}, func() wireBody { return new(wire.DescribeGroupResponse) }, 0},
+		{"DescribeGroupResponse empty", &wire.DescribeGroupResponse{}, func() wireBody { return new(wire.DescribeGroupResponse) }, 0},
 	}
+}
+
+// testMember is a member id for the group bodies.
+var testMember = wire.MemberID{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+
+// allPartitions is the longest partition list, 0 to MaxPartitions-1.
+func allPartitions() []uint32 {
+	ps := make([]uint32, wire.MaxPartitions)
+	for i := range ps {
+		ps[i] = uint32(i)
+	}
+	return ps
 }
 
 func TestBodyRoundTrip(t *testing.T) {
@@ -183,6 +219,25 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"InitProducerResponse negative id", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(-1), u16(0), u16(5), u32(1000))},
 		{"InitProducerResponse negative epoch", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(1), u16(0x8000), u16(5), u32(1000))},
 		{"InitProducerResponse window 0", func() wireBody { return new(wire.InitProducerResponse) }, body(i64(1), u16(0), u16(0), u32(1000))},
+		// Consumer group bodies: names, member ids and partition lists.
+		{"JoinGroup empty group", func() wireBody { return new(wire.JoinGroup) }, body(str(""), str("t"), testMember[:], u32(0), str(""))},
+		{"JoinGroup zero member", func() wireBody { return new(wire.JoinGroup) }, body(str("g"), str("t"), make([]byte, 16), u32(0), str(""))},
+		{"JoinGroup short member", func() wireBody { return new(wire.JoinGroup) }, body(str("g"), str("t"), testMember[:15])},
+		{"JoinGroup client id 256", func() wireBody { return new(wire.JoinGroup) }, body(str("g"), str("t"), testMember[:], u32(0), str(strings.Repeat("c", 256)))},
+		{"Heartbeat owned descending", func() wireBody { return new(wire.Heartbeat) }, body(str("g"), str("t"), testMember[:], u32(1), u32(0), u32(2), u32(3), u32(1))},
+		{"Heartbeat owned duplicate", func() wireBody { return new(wire.Heartbeat) }, body(str("g"), str("t"), testMember[:], u32(1), u32(0), u32(2), u32(3), u32(3))},
+		{"Heartbeat owned 1025", func() wireBody { return new(wire.Heartbeat) }, body(str("g"), str("t"), testMember[:], u32(1), u32(0), u32(1025), rep(1025*4, "\x00"))},
+		{"Heartbeat owned count over bytes", func() wireBody { return new(wire.Heartbeat) }, body(str("g"), str("t"), testMember[:], u32(1), u32(0), u32(3), u32(0), u32(1))},
+		{"Heartbeat group with NUL", func() wireBody { return new(wire.Heartbeat) }, body(str("g\x00"), str("t"), testMember[:], u32(1), u32(0), u32(0))},
+		{"HeartbeatResponse 4G partitions", func() wireBody { return new(wire.HeartbeatResponse) }, body(u32(1), u32(1), u32(0xffffffff))},
+		{"LeaveGroup zero member", func() wireBody { return new(wire.LeaveGroup) }, body(str("g"), str("t"), make([]byte, 16))},
+		{"GroupCommit topic 250", func() wireBody { return new(wire.GroupCommit) }, body(str("g"), str(strings.Repeat("t", 250)), testMember[:], u32(1), u32(0), i64(0))},
+		{"ListGroups after group 256", func() wireBody { return new(wire.ListGroups) }, body(str(""), str(strings.Repeat("g", 256)), str(""))},
+		{"ListGroupsResponse more 2", func() wireBody { return new(wire.ListGroupsResponse) }, body(u8(2), u32(0))},
+		{"ListGroupsResponse 4G groups", func() wireBody { return new(wire.ListGroupsResponse) }, body(u8(0), u32(0xffffffff))},
+		{"DescribeGroupResponse 4G members", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(0xffffffff))},
+		{"DescribeGroupResponse 1025 partitions", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(0), u32(1025), rep(1025*28, "\x00"))},
+		{"DescribeGroupResponse zero member", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(1), make([]byte, 16), str(""), str(""), u32(0), u32(0), u32(0), u32(0))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,6 +260,9 @@ func TestBodyDecodeBoundedAllocation(t *testing.T) {
 		{"MetadataResponse", func() wireBody { return new(wire.MetadataResponse) }, body(u32(0xffffffff), str("a"))},
 		{"StatsResponse", func() wireBody { return new(wire.StatsResponse) }, body(u32(0xffffffff), str("a"))},
 		{"ListUsersResponse", func() wireBody { return new(wire.ListUsersResponse) }, body(u8(0), u32(0xffffffff), str("a"))},
+		{"HeartbeatResponse", func() wireBody { return new(wire.HeartbeatResponse) }, body(u32(1), u32(1), u32(1024), u32(1))},
+		{"ListGroupsResponse", func() wireBody { return new(wire.ListGroupsResponse) }, body(u8(0), u32(0xffffffff), str("a"))},
+		{"DescribeGroupResponse", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(0xffffffff), str("a"))},
 	} {
 		m := tc.newBody()
 		if a := testing.AllocsPerRun(20, func() { _ = m.Decode(tc.in) }); a > 5 {

@@ -238,6 +238,18 @@ var bodyTypes = []struct {
 	{wire.OpCommitOffset, true, nil},
 	{wire.OpFetchCommitted, false, func() wireBody { return new(wire.FetchCommitted) }},
 	{wire.OpFetchCommitted, true, func() wireBody { return new(wire.OffsetResponse) }},
+	{wire.OpJoinGroup, false, func() wireBody { return new(wire.JoinGroup) }},
+	{wire.OpJoinGroup, true, func() wireBody { return new(wire.JoinGroupResponse) }},
+	{wire.OpHeartbeat, false, func() wireBody { return new(wire.Heartbeat) }},
+	{wire.OpHeartbeat, true, func() wireBody { return new(wire.HeartbeatResponse) }},
+	{wire.OpLeaveGroup, false, func() wireBody { return new(wire.LeaveGroup) }},
+	{wire.OpLeaveGroup, true, nil},
+	{wire.OpGroupCommit, false, func() wireBody { return new(wire.GroupCommit) }},
+	{wire.OpGroupCommit, true, nil},
+	{wire.OpListGroups, false, func() wireBody { return new(wire.ListGroups) }},
+	{wire.OpListGroups, true, func() wireBody { return new(wire.ListGroupsResponse) }},
+	{wire.OpDescribeGroup, false, func() wireBody { return new(wire.DescribeGroup) }},
+	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.
@@ -529,7 +541,84 @@ func protocolExamples() []protocolExample {
 			a.concat(annotatedBatch(0, fetchRecs))
 		})),
 		wireFrame(wire.OpFetch, resp, 11, &wire.FetchResponse{HighWatermark: 1, Batches: wireBatch(0, fetchRecs)}))
+	groupExamples(add, body)
 	return append(ex, idempotenceExamples()...)
+}
+
+// exampleMember is the member id of the consumer group examples.
+var exampleMember = wire.MemberID{0x6c, 0x71, 0x2d, 0x6d, 0x65, 0x6d, 0x62, 0x65, 0x72, 0x2d, 0x30, 0x30, 0x30, 0x30, 0x30, 0x31}
+
+// groupExamples are the consumer group examples of PROTOCOL.md section 13: a member of group
+// "billing" on the 4-partition durable topic "audit" joins, heartbeats, commits and leaves.
+func groupExamples(add func(string, *annotated, []byte), body func(func(*annotated)) *annotated) {
+	const resp = wire.FlagResponse
+	member := func(a *annotated) { a.add(exampleMember[:], "member id (16 bytes, chosen by the client)") }
+	parts := func(a *annotated, what string, ps []uint32) {
+		a.u32(uint32(len(ps)), "%s: partition count %d", what, len(ps))
+		for _, p := range ps {
+			a.u32(p, "  partition %d", p)
+		}
+	}
+	add("join-group-request",
+		frame(wire.OpJoinGroup, 0, 12, body(func(a *annotated) {
+			a.str("billing", "group")
+			a.str("audit", "topic name")
+			member(a)
+			a.u32(10000, "session timeout 10000 ms")
+			a.str("billing-7", "client id")
+		})),
+		wireFrame(wire.OpJoinGroup, 0, 12, &wire.JoinGroup{Group: "billing", Topic: "audit", Member: exampleMember, SessionTimeoutMs: 10000, ClientID: "billing-7"}))
+	add("join-group-response",
+		frame(wire.OpJoinGroup, resp, 12, body(func(a *annotated) {
+			a.u32(3, "generation 3")
+			a.u32(10000, "session timeout 10000 ms")
+			a.u32(3333, "heartbeat interval 3333 ms")
+			parts(a, "assignment", []uint32{2, 3})
+		})),
+		wireFrame(wire.OpJoinGroup, resp, 12, &wire.JoinGroupResponse{Generation: 3, SessionTimeoutMs: 10000, HeartbeatIntervalMs: 3333, Partitions: []uint32{2, 3}}))
+	add("heartbeat-request",
+		frame(wire.OpHeartbeat, 0, 13, body(func(a *annotated) {
+			a.str("billing", "group")
+			a.str("audit", "topic name")
+			member(a)
+			a.u32(3, "generation 3 (the last answer seen)")
+			a.u32(3333, "max wait 3333 ms")
+			parts(a, "owned", []uint32{2, 3})
+		})),
+		wireFrame(wire.OpHeartbeat, 0, 13, &wire.Heartbeat{Group: "billing", Topic: "audit", Member: exampleMember, Generation: 3, MaxWaitMs: 3333, Owned: []uint32{2, 3}}))
+	add("heartbeat-response",
+		frame(wire.OpHeartbeat, resp, 13, body(func(a *annotated) {
+			a.u32(5, "generation 5")
+			a.u32(3333, "heartbeat interval 3333 ms")
+			parts(a, "assignment", []uint32{3})
+		})),
+		wireFrame(wire.OpHeartbeat, resp, 13, &wire.HeartbeatResponse{Generation: 5, HeartbeatIntervalMs: 3333, Partitions: []uint32{3}}))
+	add("group-commit-request",
+		frame(wire.OpGroupCommit, 0, 14, body(func(a *annotated) {
+			a.str("billing", "group")
+			a.str("audit", "topic name")
+			member(a)
+			a.u32(5, "generation 5")
+			a.u32(2, "partition 2")
+			a.i64(1200, "offset 1200 (the next to read)")
+		})),
+		wireFrame(wire.OpGroupCommit, 0, 14, &wire.GroupCommit{Group: "billing", Topic: "audit", Member: exampleMember, Generation: 5, Partition: 2, Offset: 1200}))
+	add("group-commit-response", frame(wire.OpGroupCommit, resp, 14, &annotated{}), wireFrame(wire.OpGroupCommit, resp, 14, nil))
+	const fencedText = "member 6c712d6d656d6265722d3030303031 does not hold partition 2 of topic \"audit\" (generation 6)"
+	add("error-fenced-member",
+		frame(wire.OpError, 0, 14, body(func(a *annotated) {
+			a.u16(35, "code 35 FENCED_MEMBER")
+			a.str(fencedText, "message")
+		})),
+		wireFrame(wire.OpError, 0, 14, &wire.ErrorBody{Code: wire.CodeFencedMember, Message: fencedText}))
+	add("leave-group-request",
+		frame(wire.OpLeaveGroup, 0, 15, body(func(a *annotated) {
+			a.str("billing", "group")
+			a.str("audit", "topic name")
+			member(a)
+		})),
+		wireFrame(wire.OpLeaveGroup, 0, 15, &wire.LeaveGroup{Group: "billing", Topic: "audit", Member: exampleMember}))
+	add("leave-group-response", frame(wire.OpLeaveGroup, resp, 15, &annotated{}), wireFrame(wire.OpLeaveGroup, resp, 15, nil))
 }
 
 // renderHex formats an annotated frame for PROTOCOL.md: one field per line (16 bytes at most a

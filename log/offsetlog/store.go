@@ -214,6 +214,17 @@ func (s *Store) Get(group string, partition uint32) (int64, bool) {
 	return off, ok
 }
 
+// Range calls fn for every durable (group, partition, offset), in no order, holding the
+// store's mutex: fn must not call the store, and commits wait meanwhile (it serves listings,
+// not the commit path). Safe for concurrent use.
+func (s *Store) Range(fn func(group string, partition uint32, offset int64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, off := range s.entries {
+		fn(k.group, k.partition, off)
+	}
+}
+
 // Len is the number of (group, partition) pairs stored.
 func (s *Store) Len() int {
 	s.mu.Lock()

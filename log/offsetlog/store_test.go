@@ -307,3 +307,16 @@ func waitIdle(s *Store) {
 		runtime.Gosched()
 	}
 }
+
+func TestRange(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{})
+	defer s.Close()
+	for i, g := range []string{"a", "b", "a"} {
+		if err := commitWait(t, s, g, uint32(i), int64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[key]int64{}
+	s.Range(func(g string, p uint32, off int64) { got[key{g, p}] = off })
+	sameState(t, got, map[key]int64{{"a", 0}: 10, {"b", 1}: 11, {"a", 2}: 12})
+}

@@ -533,7 +533,7 @@ func consume(ctx context.Context, c *client.Conn, start [partitions]int64, seed 
 				}
 				return reads, corrupt, fmt.Errorf("partition %d: fetch at %d: %w", part, next[part], err)
 			}
-			it := res.Batches()
+			it := res.Iter()
 			for it.Next() {
 				bt := it.Batch()
 				if bt.Codec() != wire.CodecNone {

@@ -56,6 +56,13 @@ var confHelp = map[string]string{
 	"producer-expiry":             "drop a producer id's state in a partition after this long without a batch (1s to 720h)",
 	"max-producers-per-partition": "producer states one partition holds at most; a new producer past it is refused",
 	"max-producers":               "producer states the whole broker holds at most; a new producer past it is refused",
+	// Consumer groups.
+	"group-session-timeout":     "session timeout of a group member that asks for none",
+	"group-min-session-timeout": "shortest session timeout a group member may ask for",
+	"group-max-session-timeout": "longest session timeout a group member may ask for",
+	"max-members-per-group":     "members of one consumer group; more JOIN_GROUPs are refused",
+	"max-groups":                "consumer groups with live members; more are refused",
+	"max-group-members":         "members of all consumer groups together; more are refused",
 
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback)",
@@ -175,6 +182,12 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.ProducerExpiry = dur("producer-expiry")
 	cfg.MaxProducersPerPartition = num("max-producers-per-partition")
 	cfg.MaxProducers = num("max-producers")
+	cfg.Groups.SessionTimeout = dur("group-session-timeout")
+	cfg.Groups.MinSessionTimeout = dur("group-min-session-timeout")
+	cfg.Groups.MaxSessionTimeout = dur("group-max-session-timeout")
+	cfg.Groups.MaxMembersPerGroup = num("max-members-per-group")
+	cfg.Groups.MaxGroups = num("max-groups")
+	cfg.Groups.MaxMembers = num("max-group-members")
 	if v, err := strconv.ParseBool(set["fetch-copy"]); err != nil {
 		errs = append(errs, fmt.Errorf("fetch-copy: %q is not true or false", set["fetch-copy"]))
 	} else {

@@ -85,6 +85,8 @@ var settingSamples = map[string]string{
 	"shutdown-drain": "5s", "transfer-timeout": "2m", "read-timeout": "20s", "idle-timeout": "5m",
 	"max-connections": "500", "max-connections-per-addr": "50",
 	"producer-expiry": "1h", "max-producers-per-partition": "100", "max-producers": "1000",
+	"group-session-timeout": "20s", "group-min-session-timeout": "2s", "group-max-session-timeout": "10m",
+	"max-members-per-group": "64", "max-groups": "500", "max-group-members": "2000",
 	"pprof-addr": "127.0.0.1:6061", "fetch-copy": "true",
 }
 

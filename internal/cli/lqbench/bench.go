@@ -51,7 +51,7 @@ type Config struct {
 	Size        int // value bytes, at least StampSize
 	Producers   int
 	Consumers   int
-	Group       string // consumers share a queue group when set, else each gets everything
+	Group       string // consumers share a queue group (transient) or consumer group (durable) when set, else each gets everything
 	BatchBytes  int
 	Linger      time.Duration
 	MaxInFlight int

@@ -148,7 +148,7 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.Producers, "pub", 1, "the same as --producers (nats bench's name)")
 	fs.IntVar(&cfg.Consumers, "consumers", 1, "consumer connections")
 	fs.IntVar(&cfg.Consumers, "sub", 1, "the same as --consumers (nats bench's name)")
-	fs.StringVar(&cfg.Group, "group", "", "queue group shared by the consumers (default: each gets every message)")
+	fs.StringVar(&cfg.Group, "group", "", "group the consumers share: a queue group (transient topic) or a consumer group, whose members share the partitions (durable); default: each gets every message")
 	cfg.BatchBytes = 512 << 10
 	fs.Var((*size.IntValue)(&cfg.BatchBytes), "batch", "producer batch size: bytes or with a unit, 512KiB")
 	fs.DurationVar(&cfg.Linger, "linger", time.Millisecond, "producer linger time")

@@ -27,7 +27,7 @@ const usage = `Usage:
   lqcat user create|delete|passwd|list ... users of the broker (lqcat user --help)
   lqcat acl grant|revoke|list ...          users' roles on topics (lqcat acl --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
-  lqcat group list|describe|reset ...      committed offsets of consumer groups (lqcat group --help)
+  lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same
 letter and meaning.
@@ -36,8 +36,8 @@ Connection and credentials:
   -b HOST[:PORT]          broker (default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port
                           defaults to ` + brokeraddr.DefaultPort + `)
   -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
-                          sasl.username, sasl.password, client.id,
-                          socket.connection.setup.timeout.ms; topic create takes topic
+                          sasl.username, sasl.password, client.id, session.timeout.ms (a
+                          group member's), socket.connection.setup.timeout.ms; topic create takes topic
                           options too. An unknown key is an error.
   --user U --password P   a user with roles on topics (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
   --admin-user U --admin-password P
@@ -78,10 +78,16 @@ Consume (-C):
   -c N       exit after N messages
   -e         exit at the end of the log (as it was when lqcat started). An -o N beyond
              the end is an error (exit 9) with -e as without it.
-  -G GROUP   durable topic: start at the group's committed offsets (-o applies where it has
-             none) and commit the offset after each message printed, every second and at
-             exit. Transient topic: a queue group, whose members share the messages.
-             kcat's "lqcat -G GROUP TOPIC" works too (-C implied; one topic).
+  -G GROUP   durable topic: be a member of the consumer group, like kcat's balanced
+             consumer: the broker shares the partitions among the group's members (other
+             lqcat -G, Go client consumers) and moves them as members come and go. Each
+             partition starts at the group's committed offset (-o applies where it has none);
+             lqcat commits the offset after the last message printed every second, when a
+             partition is taken away, and at exit (SIGINT included: it flushes, commits and
+             leaves the group). With -e a member exits once the partitions it holds are read.
+             With -p N it reads partition N itself and only stores its offsets (refused while
+             the group has members). Transient topic: a queue group, whose members share the
+             messages. kcat's "lqcat -G GROUP TOPIC" works too (-C implied; one topic).
   -f FMT     output format: %t topic, %p partition, %o offset, %k key, %K key size,
              %s value, %S value size, %T timestamp (unix ms), %h headers (n=v,...), %%,
              and the escapes of -D
@@ -141,9 +147,10 @@ type common struct {
 	adminUser, adminPassword string
 	json, quiet, verbose     bool
 	timeout                  time.Duration
-	clientName               string   // -X client.id; "lqcat" when empty
-	x                        listFlag // -X key=value: client options (see clientOptions), else topic options
-	topicOptions             []string // the -X values that are not client options, after resolve
+	clientName               string        // -X client.id; "lqcat" when empty
+	sessionTimeout           time.Duration // -X session.timeout.ms: a group member's; 0: the broker's
+	x                        listFlag      // -X key=value: client options (see clientOptions), else topic options
+	topicOptions             []string      // the -X values that are not client options, after resolve
 	// creatingTopic is set by topic create, where -X may be a topic option too and
 	// --user/--password (or the environment's) name the new topic's user rather than a login.
 	creatingTopic bool

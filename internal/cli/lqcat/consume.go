@@ -202,9 +202,12 @@ func (r *runner) consume(ctx context.Context, cc consumeConfig) error {
 	}
 	out := newOutput(r.stdout, &cc)
 	var werr error
-	if md.Kind == wire.KindTransient {
+	switch {
+	case md.Kind == wire.KindTransient:
 		werr = r.consumeLive(ctx, conn, &cc, out)
-	} else {
+	case cc.group != "" && !cc.partition.set:
+		werr = r.consumeBalanced(ctx, conn, &cc, out)
+	default:
 		werr = r.consumeDurable(ctx, conn, &cc, md, out)
 	}
 	if ferr := out.flush(); werr == nil && ferr != nil {
@@ -291,7 +294,8 @@ type progress struct {
 	k         *client.Consumer
 }
 
-// consumeDurable reads a durable topic by offset.
+// consumeDurable reads a durable topic by offset: every partition, or -p's. With -G (and -p)
+// it stores its positions for the group (offset-only: refused while the group has members).
 func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *consumeConfig, md wire.TopicMetadata, out *output) error {
 	var ids []int32
 	for _, pm := range md.Partitions {
@@ -300,28 +304,22 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 		}
 	}
 	prefetch := min(max(32<<20/len(ids), 64<<10), 4<<20)
-	base := client.ConsumerOptions{
-		Topic: cc.topic, Group: cc.group, AutoCommit: -1, Prefetch: prefetch, MaxBytes: min(prefetch, 1<<20),
+	opts := client.ConsumerOptions{
+		Topic: cc.topic, Group: cc.group, OffsetsOnly: cc.group != "", Partitions: ids, AutoCommit: -1, Prefetch: prefetch, MaxBytes: min(prefetch, 1<<20),
 		OnError: func(err error) { r.warn("%v", err) },
 	}
 	// Set once the handler below exists: a skipped batch counts as read, for -e and commits.
 	var skippedBatch func(*client.CorruptBatchError) bool
-	// One consumer for every partition, except that -o -N and s@ start each partition elsewhere.
-	type plan struct {
-		ids   []int32
-		start client.StartPosition
-	}
-	var plans []plan
+	// -o -N and s@ start each partition at its own offset.
 	switch cc.start.kind {
 	case startRelative:
+		opts.Starts = map[int32]client.StartPosition{}
 		for _, pm := range md.Partitions {
-			if cc.partition.set && int32(pm.ID) != cc.partition.v {
-				continue
-			}
-			plans = append(plans, plan{[]int32{int32(pm.ID)}, client.AtOffset(max(pm.StartOffset, pm.EndOffset-cc.start.n))})
+			opts.Starts[int32(pm.ID)] = client.AtOffset(max(pm.StartOffset, pm.EndOffset-cc.start.n))
 		}
 	case startTime:
 		// Exact per partition: see offsetForTime.
+		opts.Starts = map[int32]client.StartPosition{}
 		for _, id := range ids {
 			tctx, cancel := r.reqCtx(ctx)
 			off, err := offsetForTime(tctx, conn, cc.topic, uint32(id), cc.start.n)
@@ -329,41 +327,32 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 			if err != nil {
 				return fmt.Errorf("topic %q partition %d: -o s@%d: %w", cc.topic, id, cc.start.n, err)
 			}
-			plans = append(plans, plan{[]int32{id}, client.AtOffset(off)})
+			opts.Starts[id] = client.AtOffset(off)
 		}
 	case startEnd:
-		plans = []plan{{ids, client.Latest()}}
+		opts.Start = client.Latest()
 	case startAbsolute:
-		plans = []plan{{ids, client.AtOffset(cc.start.n)}}
+		opts.Start = client.AtOffset(cc.start.n)
 	default:
-		plans = []plan{{ids, client.Earliest()}}
+		opts.Start = client.Earliest()
 	}
 
 	prog := make(map[int32]*progress, len(ids))
 	for _, pm := range md.Partitions {
 		prog[int32(pm.ID)] = &progress{end: pm.EndOffset, next: -1, committed: -1}
 	}
-	var consumers []*client.Consumer
-	defer func() {
-		for _, k := range consumers {
-			k.Close()
+	opts.OnCorruptBatch = r.onCorrupt(cc, out, func(e *client.CorruptBatchError) bool { return skippedBatch(e) })
+	k, err := conn.NewConsumer(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
-	}()
-	for _, pl := range plans {
-		opts := base
-		opts.Partitions, opts.Start = pl.ids, pl.start
-		opts.OnCorruptBatch = r.onCorrupt(cc, out, func(e *client.CorruptBatchError) bool { return skippedBatch(e) })
-		k, err := conn.NewConsumer(ctx, opts)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("topic %q: %w", cc.topic, err)
-		}
-		consumers = append(consumers, k)
-		for _, id := range pl.ids {
-			prog[id].k = k
-		}
+		return fmt.Errorf("topic %q: %w", cc.topic, err)
+	}
+	defer k.Close()
+	consumers := []*client.Consumer{k}
+	for _, id := range ids {
+		prog[id].k = k
 	}
 
 	// Which partitions are finished before anything is read.

@@ -18,10 +18,15 @@
 //     options there. An unknown key is an error, not ignored.
 //   - A flag given twice with different values (-t a -t b) is an error; kcat takes the last.
 //   - -G takes one group and -t one topic; kcat's "-G GROUP TOPIC" is -C -G GROUP -t TOPIC.
-//     On a durable topic it starts each partition at the
-//     group's committed offset (-o where there is none) and commits, for each partition, the
-//     offset after the last message printed (every second and at exit), never one that was
-//     fetched but not printed. On a transient topic it names a queue group.
+//     On a durable topic lqcat is a member of the group, like kcat's balanced consumer
+//     (balanced.go): the broker assigns it partitions; it starts each at the group's
+//     committed offset (-o where there is none) and commits, for each partition it holds,
+//     the offset after the last message printed (every second, after flushing when the
+//     broker takes the partition away, and at exit, SIGINT included, before leaving the
+//     group), never one that was fetched but not printed. -e ends a member once the
+//     partitions it holds are read to the end as it was when it got them. With -p, -G only
+//     stores offsets for the partition lqcat reads (refused while the group has members).
+//     On a transient topic -G names a queue group.
 //   - -o accepts beginning, end, stored (with -G: what -G does anyway), N, -N (N before the end, per partition), s@MS and e@MS; e@
 //     may be combined with a start (-o s@A -o e@B). e@MS stops a partition before its first
 //     message at or after MS; when MS is in the past the end of the log stops it too.
@@ -62,9 +67,10 @@
 //
 // # Consumer groups
 //
-// The broker stores committed offsets per (group, topic, partition) and has no request that
-// lists groups. "group describe" and "group reset" work on named groups; "group list" exits
-// with code 7 (not supported) unless --groups names candidate groups, which it checks.
+// A group is a name on one durable topic: its live members and a committed offset per
+// partition. "group list" (LIST_GROUPS) lists the groups with members or commits, "group
+// describe" (DESCRIBE_GROUP) a group's members, their partitions, the committed offsets and
+// the lag, and "group reset" commits new offsets, refused while the group has members.
 //
 // # Exit codes
 //
@@ -80,14 +86,15 @@
 // # Concurrency
 //
 // Main may run concurrently with itself; a run shares nothing with another. Within a run,
-// -C with -o -N runs one client.Consumer per partition, and every consumer's handler writes
-// through one mutex-guarded buffered stdout, flushed every 100ms (every message with -u).
+// -C runs one client.Consumer, whose handler writes through one mutex-guarded buffered
+// stdout, flushed every 100ms (every message with -u) and before a group's commits.
 //
 // # Files
 //
 // cli.go (Main, usage, common flags, argument parsing, connecting), mode.go (-P/-C/-L flag
 // checks), produce.go (streaming input splitter, producer, failure report), consume.go
-// (-o, durable and transient consumption, commits), format.go (escapes, -f, JSON),
+// (-o, durable and transient consumption, commits), balanced.go (-G: the group member),
+// format.go (escapes, -f, JSON),
 // meta.go (-L), topic.go (topic create/delete/list, the create flags as topic options),
 // stats.go (stats), group.go (group describe/reset/list), users.go (user and acl),
 // password.go (a new password from the terminal or stdin), errors.go (exit codes), xopts.go

@@ -348,7 +348,10 @@ func TestGroups(t *testing.T) {
 		t.Errorf("dry run: %s", got)
 	}
 	golden(t, "group-list.golden", e.ok("", "group", "list", "--groups", "billing,nobody"))
-	e.expect(ExitUnsupported, "no request that lists groups", "", "group", "list")
+	e.ok("", "-C", "-t", "g", "-G", "other", "-c", "1", "-p", "1")
+	if got := e.ok("", "group", "list", "-J"); got != `{"group":"billing","topic":"g","members":0,"generation":0,"partitions":2,"lag":4}`+"\n"+`{"group":"other","topic":"g","members":0,"generation":0,"partitions":1,"lag":0}`+"\n" {
+		t.Errorf("group list -J: %s", got)
+	}
 	e.expect(ExitOutOfRange, "outside the log", "", "group", "reset", "-G", "billing", "-t", "g", "--to-offset", "99")
 	e.expect(ExitUsage, "exactly one of", "", "group", "reset", "-G", "billing", "-t", "g")
 	e.topic("tr", "transient", 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,20 +14,24 @@ import (
 )
 
 const groupHelp = `Usage:
+  lqcat group list [-t TOPIC] [--groups G1,G2,...] [-J]
   lqcat group describe -G GROUP [-t TOPIC] [-p N] [-J]
   lqcat group reset -G GROUP -t TOPIC [-p N] --to-earliest|--to-latest|--to-offset N|--to-time MS [--dry-run]
-  lqcat group list --groups G1,G2,... [-t TOPIC] [-J]
 
-Consumer groups of durable topics are client-side: the broker stores a committed offset (the
-next offset the group reads) per group, topic and partition, and has no request that lists
-groups.
+A consumer group of a durable topic has members (lqcat -C -G GROUP, or the Go client's
+Consumer with a Group), among which the broker shares the topic's partitions, and a committed
+offset (the next offset the group reads) per partition. The same name on another topic is
+another group.
 
-  describe  per partition: the committed offset, the latest offset and the lag (latest -
-            committed), for TOPIC or every durable topic the credentials may see
+  list      the groups with live members or committed offsets, of TOPIC or of every durable
+            topic the credentials may see (--groups keeps only those named): members,
+            partitions with a committed offset, and their total lag
+  describe  the group's live members (member id, client, address, partitions) and, per
+            partition, the committed offset, the latest offset, the lag (latest - committed)
+            and the member that holds it
   reset     commits new offsets for the group; --dry-run only prints them. --to-time MS is
-            the first offset whose timestamp is at or after unix ms MS
-  list      the broker cannot list groups: lqcat exits with code 7 unless --groups names the
-            candidates, which it then checks, listing those with committed offsets
+            the first offset whose timestamp is at or after unix ms MS. The broker refuses
+            it while the group has live members: stop them first
 
 Example:
   lqcat group reset -G billing -t orders --to-offset 1200 -p 0
@@ -75,10 +80,11 @@ func (r *runner) groupCmd(ctx context.Context, args []string) error {
 	}
 	switch sub {
 	case "list":
-		if groups == "" {
-			return withCode(ExitUnsupported, errors.New("group list: the broker has no request that lists groups (offsets are committed per group, topic and partition); name the candidates with --groups G1,G2"))
+		var only []string
+		if groups != "" {
+			only = strings.Split(groups, ",")
 		}
-		return r.groupList(ctx, strings.Split(groups, ","), topic)
+		return r.groupList(ctx, only, topic)
 	case "describe":
 		if group == "" {
 			return usageErr("group describe needs -G GROUP")
@@ -137,6 +143,23 @@ type groupRow struct {
 	Latest    int64  `json:"latest"`
 	Lag       *int64 `json:"lag"` // null when nothing is committed
 	Previous  *int64 `json:"previous,omitempty"`
+	Member    string `json:"member,omitempty"`    // the member holding it (describe)
+	ClientID  string `json:"client_id,omitempty"` // that member's client id
+}
+
+// holders maps each partition of a description to the member holding it.
+func holders(d *wire.DescribeGroupResponse) map[uint32]*wire.GroupMember {
+	out := map[uint32]*wire.GroupMember{}
+	for i := range d.Members {
+		m := &d.Members[i]
+		for _, p := range m.Assigned {
+			out[p] = m
+		}
+		for _, p := range m.Revoking {
+			out[p] = m
+		}
+	}
+	return out
 }
 
 func (r *runner) groupDescribe(ctx context.Context, group, topic string, part partFlag) error {
@@ -150,20 +173,61 @@ func (r *runner) groupDescribe(ctx context.Context, group, topic string, part pa
 		return err
 	}
 	var rows []groupRow
+	type memberRow struct {
+		topic string
+		m     wire.GroupMember
+	}
+	var members []memberRow
 	for _, md := range mds {
 		if err := part.within(md.Name, len(md.Partitions)); err != nil {
 			return err
 		}
-		offs, err := fetchCommitted(ctx, conn, group, md)
+		d, err := conn.DescribeGroup(ctx, group, md.Name)
 		if err != nil {
-			return err
+			return fmt.Errorf("group %q of topic %q: %w", group, md.Name, err)
 		}
-		for i, p := range md.Partitions {
-			if part.set && p.ID != uint32(part.v) {
+		for _, m := range d.Members {
+			members = append(members, memberRow{md.Name, m})
+		}
+		held := holders(d)
+		for _, p := range d.Partitions {
+			if part.set && p.Partition != uint32(part.v) {
 				continue
 			}
-			rows = append(rows, newGroupRow(group, md.Name, p, offs[i]))
+			row := newGroupRow(group, md.Name, wire.PartitionMetadata{ID: p.Partition, EndOffset: p.EndOffset}, p.Committed)
+			if m := held[p.Partition]; m != nil {
+				row.Member, row.ClientID = m.Member.String(), m.ClientID
+			}
+			rows = append(rows, row)
 		}
+	}
+	if !r.c.json && len(members) > 0 {
+		list := func(ps []uint32) string {
+			if len(ps) == 0 {
+				return "-"
+			}
+			var sb strings.Builder
+			for i, p := range ps {
+				if i > 0 {
+					sb.WriteByte(',')
+				}
+				sb.WriteString(strconv.FormatUint(uint64(p), 10))
+			}
+			return sb.String()
+		}
+		tw := tabwriter.NewWriter(r.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tMEMBER\tCLIENT\tADDRESS\tPARTITIONS\tREVOKING")
+		for _, m := range members {
+			client := m.m.ClientID
+			if client == "" {
+				client = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.topic, m.m.Member, client, m.m.Address, list(m.m.Assigned), list(m.m.Revoking))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(r.stdout)
 	}
 	return r.printGroupRows(rows, describeTable)
 }
@@ -181,7 +245,7 @@ func newGroupRow(group, topic string, p wire.PartitionMetadata, committed int64)
 type groupTable int
 
 const (
-	describeTable groupTable = iota // group describe: committed offsets and lag
+	describeTable groupTable = iota // group describe: committed offsets, lag and holder
 	resetTable                      // group reset: the offsets before and after
 	dryRunTable                     // group reset --dry-run: the offsets now and those a reset would commit
 )
@@ -208,7 +272,7 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 	case dryRunTable:
 		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tWOULD COMMIT\tLATEST\tLAG")
 	default:
-		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tLATEST\tLAG")
+		fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tLATEST\tLAG\tMEMBER")
 	}
 	for _, row := range rows {
 		lag := "-"
@@ -217,9 +281,13 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 		}
 		if table != describeTable {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(*row.Previous), num(row.Committed), row.Latest, lag)
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", row.Group, row.Topic, row.Partition, num(row.Committed), row.Latest, lag)
+			continue
 		}
+		member := "-"
+		if row.Member != "" {
+			member = row.Member
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", row.Group, row.Topic, row.Partition, num(row.Committed), row.Latest, lag, member)
 	}
 	return tw.Flush()
 }
@@ -227,6 +295,12 @@ func (r *runner) printGroupRows(rows []groupRow, table groupTable) error {
 type resetTarget struct {
 	earliest, latest bool
 	offset, time     int64 // -1 when not given
+}
+
+// errGroupHasMembers is reset's refusal for a group with live members.
+func errGroupHasMembers(group, topic string, d *wire.DescribeGroupResponse) error {
+	return fmt.Errorf("group %q of topic %q has %d live %s: stop %s before resetting its offsets (lqcat group describe lists them)",
+		group, topic, len(d.Members), plural(len(d.Members), "member", "members"), plural(len(d.Members), "it", "them"))
 }
 
 func (r *runner) groupReset(ctx context.Context, group, topic string, part partFlag, tgt resetTarget, dryRun bool) error {
@@ -243,9 +317,21 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 	if err := part.within(topic, len(md.Partitions)); err != nil {
 		return err
 	}
-	offs, err := fetchCommitted(ctx, conn, group, md)
+	d, err := conn.DescribeGroup(ctx, group, topic)
 	if err != nil {
-		return err
+		return fmt.Errorf("group %q of topic %q: %w", group, topic, err)
+	}
+	if len(d.Members) > 0 && !dryRun {
+		return errGroupHasMembers(group, topic, d)
+	}
+	offs := make([]int64, len(md.Partitions))
+	for i := range offs {
+		offs[i] = -1
+	}
+	for _, p := range d.Partitions {
+		if int(p.Partition) < len(offs) {
+			offs[p.Partition] = p.Committed
+		}
 	}
 	var rows []groupRow
 	for i, p := range md.Partitions {
@@ -270,6 +356,9 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 		}
 		if !dryRun {
 			if err := conn.CommitOffset(ctx, wire.CommitOffset{Group: group, Topic: topic, Partition: p.ID, Offset: next}); err != nil {
+				if errors.Is(err, &wire.Error{Code: wire.CodeGroupNotEmpty}) {
+					err = fmt.Errorf("a member joined meanwhile; stop the members and reset again: %w", err)
+				}
 				return fmt.Errorf("group %q, topic %q partition %d: commit %d: %w", group, topic, p.ID, next, err)
 			}
 		}
@@ -279,17 +368,20 @@ func (r *runner) groupReset(ctx context.Context, group, topic string, part partF
 		rows = append(rows, row)
 	}
 	if dryRun {
+		if len(d.Members) > 0 {
+			r.warn("%v", errGroupHasMembers(group, topic, d))
+		}
 		return r.printGroupRows(rows, dryRunTable)
 	}
 	return r.printGroupRows(rows, resetTable)
 }
 
-// groupList checks candidate groups against every durable topic (or -t's) and lists those
-// with committed offsets: GROUP, TOPIC, partitions with commits, total lag.
-func (r *runner) groupList(ctx context.Context, groups []string, topic string) error {
-	for _, g := range groups {
-		if g == "" || len(g) > wire.MaxGroupName {
-			return usageErr("--groups: group names must be 1-%d bytes", wire.MaxGroupName)
+// groupList lists the groups LIST_GROUPS reports (only those named in only, when given): GROUP,
+// TOPIC, MEMBERS, partitions with commits, total lag.
+func (r *runner) groupList(ctx context.Context, only []string, topic string) error {
+	for _, g := range only {
+		if err := wire.ValidGroupName(g); err != nil {
+			return usageErr("--groups: %v", err)
 		}
 	}
 	conn, ctx, done, err := r.request(ctx, topicUserOrAdmin)
@@ -297,34 +389,29 @@ func (r *runner) groupList(ctx context.Context, groups []string, topic string) e
 		return err
 	}
 	defer done()
-	mds, err := durableTopics(ctx, conn, topic)
+	if topic != "" {
+		if _, err := durableTopics(ctx, conn, topic); err != nil {
+			return err
+		}
+	}
+	groups, err := conn.ListGroups(ctx, topic)
 	if err != nil {
 		return err
 	}
 	type listRow struct {
 		Group      string `json:"group"`
 		Topic      string `json:"topic"`
-		Partitions int    `json:"partitions"` // with a committed offset
-		Lag        int64  `json:"lag"`
+		Members    uint32 `json:"members"`
+		Generation uint32 `json:"generation"`
+		Partitions uint32 `json:"partitions"` // with a committed offset
+		Lag        uint64 `json:"lag"`
 	}
 	var rows []listRow
 	for _, g := range groups {
-		for _, md := range mds {
-			offs, err := fetchCommitted(ctx, conn, g, md)
-			if err != nil {
-				return err
-			}
-			row := listRow{Group: g, Topic: md.Name}
-			for i, off := range offs {
-				if off >= 0 {
-					row.Partitions++
-					row.Lag += max(md.Partitions[i].EndOffset-off, 0)
-				}
-			}
-			if row.Partitions > 0 {
-				rows = append(rows, row)
-			}
+		if len(only) > 0 && !slices.Contains(only, g.Group) {
+			continue
 		}
+		rows = append(rows, listRow{Group: g.Group, Topic: g.Topic, Members: g.Members, Generation: g.Generation, Partitions: g.Committed, Lag: g.Lag})
 	}
 	if r.c.json {
 		for _, row := range rows {
@@ -335,9 +422,9 @@ func (r *runner) groupList(ctx context.Context, groups []string, topic string) e
 		return nil
 	}
 	tw := tabwriter.NewWriter(r.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITIONS\tLAG")
+	fmt.Fprintln(tw, "GROUP\tTOPIC\tMEMBERS\tPARTITIONS\tLAG")
 	for _, row := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", row.Group, row.Topic, row.Partitions, row.Lag)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", row.Group, row.Topic, row.Members, row.Partitions, row.Lag)
 	}
 	return tw.Flush()
 }

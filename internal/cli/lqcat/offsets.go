@@ -32,7 +32,7 @@ func offsetForTime(ctx context.Context, conn *client.Conn, topic string, part ui
 		if off >= res.HighWatermark {
 			return off, nil
 		}
-		it := res.Batches()
+		it := res.Iter()
 		n := 0
 		for it.Next() {
 			n++

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,19 +52,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline a working lqcat never
-// misses.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still not %s after 20 s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestNewPasswordFromTerminal: on a terminal, user create and passwd ask twice with the echo

@@ -76,6 +76,14 @@ var clientOptions = map[string]clientOption{
 		c.timeout = time.Duration(ms) * time.Millisecond
 		return nil
 	}},
+	"session.timeout.ms": {"consumer group member's session timeout in ms (-C -G)", func(c *common, v string) error {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > 1<<31 {
+			return fmt.Errorf("want a positive number of milliseconds, got %q", v)
+		}
+		c.sessionTimeout = time.Duration(ms) * time.Millisecond
+		return nil
+	}},
 }
 
 // setOnce sets *p to v unless a flag (named flagName) set it to something else.
