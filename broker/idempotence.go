@@ -171,7 +171,7 @@ func (c *conn) produceTransientIdempotent(corr uint32, t *topic, p *partition, m
 		return
 	}
 	copy(dst, m.Batch)
-	wire.SetBatchLeaderEpoch(dst, leaderEpoch)
+	stampUnreplicated(dst)
 	res, err := p.admitTransient(c.srv, t, &bt.BatchHeader, p.ring.ReservedFirst(), now)
 	if err != nil || res.Duplicate {
 		p.ring.Abort()
@@ -184,6 +184,14 @@ func (c *conn) produceTransientIdempotent(corr uint32, t *topic, p *partition, m
 	}
 	first := p.ring.Commit(bt.RecordCount)
 	c.producedTransient(corr, t, p, m.Acks, len(m.Batch), bt.RecordCount, first)
+}
+
+// stampUnreplicated writes the fields replication owns into a format-2 batch this broker
+// stores in a partition that is not replicated: leader epoch 0 and raft index 0, whatever the
+// producer sent (PROTOCOL.md section 7). A format-1 batch has neither and is left alone.
+func stampUnreplicated(b []byte) {
+	wire.SetBatchLeaderEpoch(b, leaderEpoch)
+	wire.SetBatchRaftIndex(b, 0)
 }
 
 // leaderEpoch is the leader epoch the broker writes into every format-2 batch it stores:

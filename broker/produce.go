@@ -55,7 +55,7 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 	if bt.HasProducer() && !c.idempotentOK(corr, t, m.Acks, &bt.BatchHeader) {
 		return
 	}
-	wire.SetBatchLeaderEpoch(m.Batch, leaderEpoch)
+	stampUnreplicated(m.Batch)
 	switch {
 	case p.dlog != nil:
 		c.produceDurable(corr, t, p, &m, &bt)
@@ -136,7 +136,7 @@ func (c *conn) produceDirect(size int) bool {
 	// ring. The header is peeked before a partition is chosen, for the same reason as above.
 	var idem wire.BatchHeader
 	idempotent, now := false, int64(0)
-	if bh := head[wire.HeaderSize+hl:]; len(bh) >= wire.BatchHeaderSize2 && bh[16] == wire.BatchMagic2 {
+	if bh := head[wire.HeaderSize+hl:]; len(bh) >= wire.BatchHeaderSize2 && wire.BatchMagicOf(bh) == wire.BatchMagic2 {
 		if idem, err = wire.PeekBatchHeader(bh); err != nil {
 			return false
 		}
@@ -197,7 +197,7 @@ func (c *conn) produceDirect(size int) bool {
 			return true
 		}
 	}
-	wire.SetBatchLeaderEpoch(dst, leaderEpoch)
+	stampUnreplicated(dst)
 	first := p.ring.Commit(bt.RecordCount)
 	c.producedTransient(corr, t, p, m.Acks, batchLen, bt.RecordCount, first)
 	return true

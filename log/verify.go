@@ -79,15 +79,19 @@ func Dump(w io.Writer, dir string, fsys vfs.FS, maxBatch int) error {
 }
 
 // fmtFormat describes what a batch's magic adds: nothing for magic 1 (or an invalid batch);
-// the leader epoch and the producer fields for magic 2.
+// the leader epoch, the raft index when set, and the producer fields for magic 2.
 func fmtFormat(h *wire.BatchHeader) string {
 	if h.Magic != wire.BatchMagic2 {
 		return ""
 	}
-	if !h.HasProducer() {
-		return fmt.Sprintf(" magic=2 leader-epoch=%d producer=none", h.LeaderEpoch)
+	repl := ""
+	if h.RaftIndex != 0 {
+		repl = fmt.Sprintf(" raft-index=%d", h.RaftIndex)
 	}
-	return fmt.Sprintf(" magic=2 leader-epoch=%d producer=%d epoch=%d seq=%d-%d", h.LeaderEpoch, h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.LastSequence())
+	if !h.HasProducer() {
+		return fmt.Sprintf(" magic=2 leader-epoch=%d%s producer=none", h.LeaderEpoch, repl)
+	}
+	return fmt.Sprintf(" magic=2 leader-epoch=%d%s producer=%d epoch=%d seq=%d-%d", h.LeaderEpoch, repl, h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.LastSequence())
 }
 
 func fmtMillis(ms int64) string {

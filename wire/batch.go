@@ -24,22 +24,27 @@ import (
 // base offset is the only field the broker rewrites, so the CRC-32C (Castagnoli) covers bytes
 // 16 to the end.
 //
-// Magic 2 (64-byte header) adds what the log must remember by itself: the producer's id,
-// epoch and base sequence (idempotent produce), and a leader epoch that the broker writes:
+// Magic 2 (72-byte header) adds what the log must remember by itself: the producer's id,
+// epoch and base sequence (idempotent produce), and two fields the broker writes for
+// replication: the leader epoch (the Raft term of the leader that stored the batch) and the
+// raft index (the batch's index in the partition's replicated log; 0 when the partition is
+// not replicated), so that a replica's segment log is its Raft log, with nothing kept beside:
 //
 //	 0        8        12       16  17  18    20       24       28              36              44
 //	+--------+--------+--------+---+---+-----+--------+--------+---------------+---------------+--------
 //	| base   | batch  | crc32c |mag|att|rsvd | leader | record | first         | max           | records
 //	| offset | length |        | 2 |   |     | epoch  | count  | timestamp ms  | timestamp ms  | size
 //	+--------+--------+--------+---+---+-----+--------+--------+---------------+---------------+--------
-//	 48                56     58    60       64
-//	+-----------------+------+-----+--------+-------
-//	| producer id     | prod.| rsvd| base   | records
-//	| i64 (-1 none)   | epoch|     | seq    | ...
-//	+-----------------+------+-----+--------+-------
+//	 48                56     58    60       64                72
+//	+-----------------+------+-----+--------+-----------------+-------
+//	| producer id     | prod.| rsvd| base   | raft index      | records
+//	| i64 (-1 none)   | epoch|     | seq    | u64 (0 none)    | ...
+//	+-----------------+------+-----+--------+-----------------+-------
 //
-// base offset and leader epoch are the fields the broker rewrites, so the CRC-32C covers bytes
-// 16-19 and 24 to the end. In both formats batch length counts the bytes after the length
+// base offset, leader epoch and raft index are the fields the broker rewrites, so the CRC-32C
+// covers bytes 16-19, 24-63 and 72 to the end. Every field a walker of a segment needs
+// (length, record count, timestamps) is within the first 44 bytes in both magics, so a
+// 44-byte read walks either. In both formats batch length counts the bytes after the length
 // field, and records size is the size of the records section once decompressed (equal to its
 // stored size when the codec is none), so a reader can check it against its limit before
 // decompressing. Kafka's RecordBatch v2 has the same fields, but puts the leader epoch
@@ -59,7 +64,7 @@ const (
 	// a reader needs to tell the magic and walk batches by their length fields.
 	BatchHeaderSize = 44
 	// BatchHeaderSize2 is the header size of magic 2.
-	BatchHeaderSize2 = 64
+	BatchHeaderSize2 = 72
 	// MaxBatchHeaderSize is the largest header of any magic: read this many bytes (or what is
 	// left, when less) to decode any header with PeekBatchHeader.
 	MaxBatchHeaderSize = BatchHeaderSize2
@@ -76,8 +81,9 @@ const (
 
 	// Magic 2 only.
 	batchLeaderEpochPos = 20 // four bytes, outside the CRC
-	batchCRCResume      = 24 // the CRC covers [16, 20) and [24, end)
+	batchCRCResume      = 24 // the CRC covers [16, 20), [24, 64) and [72, end)
 	batchReserved2Pos   = 58 // two bytes
+	batchRaftIndexPos   = 64 // eight bytes, outside the CRC
 
 	// minRecordSize is the smallest encoded record: five one-byte fields.
 	minRecordSize = 5
@@ -130,12 +136,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // BatchChecksum is the CRC-32C that the batch b, of either magic, must carry at bytes 12-15:
-// of bytes 16 to the end for magic 1, of bytes 16-19 and 24 to the end for magic 2 (the
-// leader epoch at 20-23 is outside it, like the base offset). b holds the whole batch (at
-// least 24 bytes for magic 2, 16 otherwise); the magic byte is not checked otherwise.
+// of bytes 16 to the end for magic 1, of bytes 16-19, 24-63 and 72 to the end for magic 2
+// (the leader epoch at 20-23 and the raft index at 64-71 are outside it, like the base
+// offset). b holds the whole batch (at least 72 bytes for magic 2, 16 otherwise); the magic
+// byte is not checked otherwise.
 func BatchChecksum(b []byte) uint32 {
-	if len(b) >= batchCRCResume && b[batchMagicOffset] == BatchMagic2 {
-		return crc32.Update(crc32.Checksum(b[batchCRCStart:batchLeaderEpochPos], castagnoli), castagnoli, b[batchCRCResume:])
+	if len(b) >= BatchHeaderSize2 && b[batchMagicOffset] == BatchMagic2 {
+		c := crc32.Checksum(b[batchCRCStart:batchLeaderEpochPos], castagnoli)
+		c = crc32.Update(c, castagnoli, b[batchCRCResume:batchRaftIndexPos])
+		return crc32.Update(c, castagnoli, b[BatchHeaderSize2:])
 	}
 	return Checksum(b[batchCRCStart:])
 }
@@ -149,7 +158,8 @@ type BatchHeader struct {
 	CRC            uint32
 	Magic          uint8
 	Attributes     uint8
-	LeaderEpoch    int32 // magic 2: written by the broker, outside the CRC
+	LeaderEpoch    int32  // magic 2: written by the broker, outside the CRC
+	RaftIndex      uint64 // magic 2: written by the broker, outside the CRC; 0 when not replicated
 	RecordCount    uint32
 	FirstTimestamp int64
 	MaxTimestamp   int64
@@ -322,7 +332,17 @@ func decodeBatchHeader(b []byte) (h BatchHeader, reserved uint16) {
 	h.ProducerEpoch = int16(be.Uint16(b[56:]))
 	reserved |= be.Uint16(b[batchReserved2Pos:])
 	h.BaseSequence = int32(be.Uint32(b[60:]))
+	h.RaftIndex = be.Uint64(b[batchRaftIndexPos:])
 	return h, reserved
+}
+
+// BatchMagicOf is the magic byte of the batch that starts at b, or 0 when b is too short to
+// hold it: what a reader checks first to know which header layout follows.
+func BatchMagicOf(b []byte) uint8 {
+	if len(b) <= batchMagicOffset {
+		return 0
+	}
+	return b[batchMagicOffset]
 }
 
 // SetBaseOffset rewrites the base offset of the encoded batch b in place. The CRC does not
@@ -335,6 +355,16 @@ func SetBaseOffset(b []byte, base int64) { binary.BigEndian.PutUint64(b, uint64(
 func SetBatchLeaderEpoch(b []byte, epoch int32) {
 	if len(b) >= BatchHeaderSize2 && b[batchMagicOffset] == BatchMagic2 {
 		binary.BigEndian.PutUint32(b[batchLeaderEpochPos:], uint32(epoch))
+	}
+}
+
+// SetBatchRaftIndex writes the raft index into the encoded batch b in place, if b is a
+// magic-2 batch (a magic-1 batch has none and is left alone). The CRC does not cover it. A
+// replica writes it, with the leader epoch, into every batch it appends to a replicated
+// partition.
+func SetBatchRaftIndex(b []byte, index uint64) {
+	if len(b) >= BatchHeaderSize2 && b[batchMagicOffset] == BatchMagic2 {
+		binary.BigEndian.PutUint64(b[batchRaftIndexPos:], index)
 	}
 }
 
@@ -424,6 +454,7 @@ func AppendBatch(dst []byte, bt *Batch) []byte {
 		dst = AppendU16(dst, uint16(bt.ProducerEpoch))
 		dst = append(dst, 0, 0)
 		dst = AppendI32(dst, bt.BaseSequence)
+		dst = AppendU64(dst, bt.RaftIndex)
 	}
 	return append(dst, bt.Records...)
 }

@@ -106,14 +106,14 @@ func TestBatchHeaderGolden(t *testing.T) {
 			wire.BatchHeader{Length: 39, CRC: 0xae939c96, Magic: 1, LeaderEpoch: -1, RecordCount: 1, FirstTimestamp: exampleTS,
 				MaxTimestamp: exampleTS, RecordsSize: 7, ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}},
 		{"magic2", func() []byte { return buildBatch2(t, recs, wire.CodecNone, nil, 0x0102030405060708, 9, 0x0a0b0c0d) },
-			"0000000000000000" + "0000003b" + "63924b91" + "02" + "00" + "0000" + "00000000" + "00000001" +
-				"0000018bcfe56800" + "0000018bcfe56800" + "00000007" + "0102030405060708" + "0009" + "0000" + "0a0b0c0d" + "0600016b017600",
-			wire.BatchHeader{Length: 59, CRC: 0x63924b91, Magic: 2, LeaderEpoch: 0, RecordCount: 1, FirstTimestamp: exampleTS,
+			"0000000000000000" + "00000043" + "63924b91" + "02" + "00" + "0000" + "00000000" + "00000001" +
+				"0000018bcfe56800" + "0000018bcfe56800" + "00000007" + "0102030405060708" + "0009" + "0000" + "0a0b0c0d" + "0000000000000000" + "0600016b017600",
+			wire.BatchHeader{Length: 67, CRC: 0x63924b91, Magic: 2, LeaderEpoch: 0, RecordCount: 1, FirstTimestamp: exampleTS,
 				MaxTimestamp: exampleTS, RecordsSize: 7, ProducerID: 0x0102030405060708, ProducerEpoch: 9, BaseSequence: 0x0a0b0c0d}},
 		{"magic2-none", func() []byte { return buildBatch2(t, recs, wire.CodecNone, nil, -1, -1, -1) },
-			"0000000000000000" + "0000003b" + "bd7ffb46" + "02" + "00" + "0000" + "00000000" + "00000001" +
-				"0000018bcfe56800" + "0000018bcfe56800" + "00000007" + "ffffffffffffffff" + "ffff" + "0000" + "ffffffff" + "0600016b017600",
-			wire.BatchHeader{Length: 59, CRC: 0xbd7ffb46, Magic: 2, LeaderEpoch: 0, RecordCount: 1, FirstTimestamp: exampleTS,
+			"0000000000000000" + "00000043" + "bd7ffb46" + "02" + "00" + "0000" + "00000000" + "00000001" +
+				"0000018bcfe56800" + "0000018bcfe56800" + "00000007" + "ffffffffffffffff" + "ffff" + "0000" + "ffffffff" + "0000000000000000" + "0600016b017600",
+			wire.BatchHeader{Length: 67, CRC: 0xbd7ffb46, Magic: 2, LeaderEpoch: 0, RecordCount: 1, FirstTimestamp: exampleTS,
 				MaxTimestamp: exampleTS, RecordsSize: 7, ProducerID: -1, ProducerEpoch: -1, BaseSequence: -1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,14 +139,14 @@ func TestBatchHeaderGolden(t *testing.T) {
 }
 
 // What the CRC of a magic-2 batch covers: everything after the CRC field but the leader
-// epoch.
+// epoch and the raft index.
 func TestBatch2ChecksumCoverage(t *testing.T) {
 	b := buildBatch2(t, varietyRecords()[:2], wire.CodecNone, nil, 5, 0, 0)
 	for pos := 16; pos < len(b); pos++ {
 		c := bytes.Clone(b)
 		c[pos] ^= 0x01
 		_, err := wire.ParseBatch(c, 1<<20)
-		inEpoch := pos >= 20 && pos < 24
+		inEpoch := pos >= 20 && pos < 24 || pos >= 64 && pos < 72 // leader epoch, raft index
 		if inEpoch != (err == nil) {
 			t.Fatalf("byte %d flipped: ParseBatch %v", pos, err)
 		}
@@ -157,19 +157,24 @@ func TestBatch2ChecksumCoverage(t *testing.T) {
 			t.Fatalf("byte %d flipped: BatchChecksumOK", pos)
 		}
 	}
-	// base offset and leader epoch: outside the CRC.
+	// base offset, leader epoch and raft index: outside the CRC.
 	c := bytes.Clone(b)
 	wire.SetBaseOffset(c, 1<<40)
 	wire.SetBatchLeaderEpoch(c, -7)
+	wire.SetBatchRaftIndex(c, 1<<50+3)
 	if !wire.BatchChecksumOK(c) {
-		t.Fatal("base offset or leader epoch inside the CRC")
+		t.Fatal("base offset, leader epoch or raft index inside the CRC")
+	}
+	if h, err := wire.PeekBatchHeader(c); err != nil || h.RaftIndex != 1<<50+3 || h.LeaderEpoch != -7 {
+		t.Fatalf("header after the rewrites: %+v, %v", h, err)
 	}
 	// SetBatchLeaderEpoch leaves a magic-1 batch alone.
 	b1 := buildBatch(t, varietyRecords()[:2], wire.CodecNone, nil)
 	c1 := bytes.Clone(b1)
 	wire.SetBatchLeaderEpoch(c1, 99)
+	wire.SetBatchRaftIndex(c1, 99)
 	if !bytes.Equal(b1, c1) {
-		t.Fatal("SetBatchLeaderEpoch changed a magic-1 batch")
+		t.Fatal("SetBatchLeaderEpoch or SetBatchRaftIndex changed a magic-1 batch")
 	}
 }
 

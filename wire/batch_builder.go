@@ -164,6 +164,7 @@ func (b *BatchBuilder) Finish(codec Codec, c *Compressor) ([]byte, error) {
 		} else {
 			putProducer(h, NoProducer, NoProducer, NoProducer)
 		}
+		be.PutUint64(h[batchRaftIndexPos:], 0)
 	}
 	be.PutUint32(h[batchCRCOffset:], BatchChecksum(out))
 	return out, nil

@@ -387,7 +387,7 @@ func TestLimitsValidate(t *testing.T) {
 		{"batch 256 MiB + 1", func(l *wire.Limits) { l.MaxBatch = 256<<20 + 1; l.MaxFrame = 512 << 20 }, false},
 		{"frame below batch + 1024", func(l *wire.Limits) { l.MaxFrame = l.MaxBatch + 1023 }, false},
 		{"message 0", func(l *wire.Limits) { l.MaxMessage = 0 }, false},
-		{"message max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 96 }, true},
+		{"message max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - wire.MaxBatchHeaderSize - 32 }, true},
 		{"message over max", func(l *wire.Limits) { l.MaxMessage = l.MaxBatch - 95 }, false},
 		{"pre-auth 511", func(l *wire.Limits) { l.PreAuthMaxFrame = 511 }, false},
 		{"pre-auth over frame", func(l *wire.Limits) { l.PreAuthMaxFrame = l.MaxFrame + 1 }, false},

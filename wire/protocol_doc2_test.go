@@ -28,7 +28,7 @@ func annotatedBatch2(base int64, leaderEpoch int32, p exampleProducer, recs []ex
 	}
 	var b annotated
 	b.i64(base, "batch: base offset %d", base)
-	b.u32(uint32(wire.BatchHeaderSize2-12+size), "batch length %d = 52 + %d", wire.BatchHeaderSize2-12+size, size)
+	b.u32(uint32(wire.BatchHeaderSize2-12+size), "batch length %d = %d + %d", wire.BatchHeaderSize2-12+size, wire.BatchHeaderSize2-12, size)
 	crcField := len(b.fields)
 	b.u32(0, "placeholder for the CRC")
 	b.u8(2, "batch magic 2")
@@ -43,10 +43,11 @@ func annotatedBatch2(base int64, leaderEpoch int32, p exampleProducer, recs []ex
 	b.u16(uint16(p.epoch), "producer epoch %d", p.epoch)
 	b.u16(0, "reserved, zero")
 	b.i32(p.seq, "base sequence %d (records %d-%d of this producer in this partition)", p.seq, p.seq, int(p.seq)+len(recs)-1)
+	b.i64(0, "raft index 0 (not replicated; written by the broker, outside the CRC)")
 	b.concat(&section)
 	raw := b.bytes()
-	crc := crc32.Update(crc32.Checksum(raw[16:20], castagnoli), castagnoli, raw[24:])
-	b.fields[crcField] = annotatedField{b: binary.BigEndian.AppendUint32(nil, crc), note: fmt.Sprintf("CRC-32C of batch bytes 16..19 and 24..end = 0x%08x", crc)}
+	crc := crc32.Update(crc32.Update(crc32.Checksum(raw[16:20], castagnoli), castagnoli, raw[24:64]), castagnoli, raw[72:])
+	b.fields[crcField] = annotatedField{b: binary.BigEndian.AppendUint32(nil, crc), note: fmt.Sprintf("CRC-32C of batch bytes 16..19, 24..63 and 72..end = 0x%08x", crc)}
 	return &b
 }
 
