@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 PKGS      := ./...
 
-.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare crash soak build-386 clean
+.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench metricsbench bench-e2e bench-fetch compare crash soak build-386 clean
 
 all: build
 
@@ -69,6 +69,13 @@ bench:
 # Micro-benchmarks with allocations.
 microbench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+# The two metrics libraries considered (prometheus/client_golang, VictoriaMetrics/metrics) side
+# by side on the broker's per-batch operations. Its own module (tools/metricsbench), so the
+# broker does not depend on the one it did not choose. COUNT=N rounds (default 5).
+COUNT ?= 5
+metricsbench:
+	cd tools/metricsbench && $(GO) test -run='^$$' -bench=. -benchmem -count=$(COUNT) .
 
 # Broker and clients as separate processes on loopback: lqbench e2e for 100 and 1024 bytes.
 bench-e2e:
