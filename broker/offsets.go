@@ -263,6 +263,9 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 	topicName := t.name
 	c.commitWaits++
 	err := to.st.Commit(m.Group, m.Partition, m.Offset, func(err error) {
+		if err == nil {
+			c.srv.metrics.noteGroup(to.st, topicName, m.Group)
+		}
 		c.complete(func(c *conn) {
 			c.commitWaits--
 			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(wire.OpCommitOffset, corr) })

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/opshttp"
 	"github.com/lightq/lightq/broker/workpool"
 	"github.com/lightq/lightq/wire"
 )
@@ -46,7 +48,9 @@ type Server struct {
 	metaPool *workpool.Pool   // LIST_OFFSETS by time (Config.MetaPool)
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
-	loops    loopStates // per-event-loop scratch (record validation); see loopState
+	loops    loopStates      // per-event-loop scratch (record validation); see loopState
+	metrics  *brokerMetrics  // nil unless Config.HTTPAddr is set (metrics.go)
+	ops      *opshttp.Server // the operations listener, or nil (metrics_http.go)
 
 	dummyHash string // verified for unknown users, so they cost what a wrong password costs
 
@@ -86,6 +90,20 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
+	ops, reg, err := listenOps(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newServer(cfg, ops, reg)
+	if err != nil {
+		_ = ops.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer is New once the operations listener and its registry (nil: metrics off) are up.
+func newServer(cfg Config, ops *opshttp.Server, reg *prometheus.Registry) (*Server, error) {
 	store, err := meta.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -104,6 +122,10 @@ func New(cfg Config) (*Server, error) {
 		tickKick:  make(chan struct{}, 1),
 		preauth:   map[*conn]time.Time{},
 		transfers: map[*conn]struct{}{},
+		ops:       ops,
+	}
+	if reg != nil {
+		s.metrics = newBrokerMetrics(s, reg)
 	}
 	s.timeoutScan = timeoutScanInterval(&cfg)
 	// A random password per process: nobody can make the dummy check succeed (and cached).
@@ -121,6 +143,7 @@ func New(cfg Config) (*Server, error) {
 		s.log.Warn().Msgf(format, args...)
 	})
 	s.loadTopics(store.State())
+	s.trackStoredGroups()
 	return s, nil
 }
 
@@ -186,6 +209,7 @@ func (s *Server) Start() error {
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()
+		s.closeOps()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
 	}
 	addr, err := listenerAddr(s.eng)
@@ -193,6 +217,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.addr.Store(&addr)
+	s.setReady() // before the log line, which tests and scripts wait for
 	s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version).Msg("lightq listening")
 	return nil
 }
@@ -241,6 +266,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.stopOnce.Do(func() {
 		s.stopping.Store(true)
+		s.setNotReady()
 		s.log.Info().Msg("shutting down: draining connections")
 		deadline := time.Now().Add(s.cfg.ShutdownDrain)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -282,6 +308,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				}
 			}
 		}
+		s.closeOps()
 		s.log.Info().Msg("stopped")
 	})
 	return err

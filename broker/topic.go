@@ -40,6 +40,9 @@ type partition struct {
 	wakers      atomic.Pointer[[]*conn]
 	waiterCount map[*conn]int
 	queueGroups map[string]*queueGroup // under topic.mu
+
+	stats   partitionStats // for /metrics, counted while metrics are on (metrics.go)
+	metrics *brokerMetrics // nil: metrics off; set before the partition's syncer starts
 }
 
 // queueGroup is a queue group's shared position in one partition: members claim batches from
