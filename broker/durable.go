@@ -107,11 +107,11 @@ type durablePart struct {
 
 // durableAck is a produced batch waiting for the fsync that makes it durable.
 type durableAck struct {
-	c     *conn
-	corr  uint32
-	base  int64
-	next  int64
-	start time.Time // the PRODUCE's arrival, for lightq_produce_ack_duration_seconds (zero: metrics off)
+	c    *conn
+	corr uint32
+	base int64
+	next int64
+	at   time.Time // the PRODUCE's arrival, for lightq_produce_ack_duration_seconds (zero: metrics off)
 }
 
 // partitionDir is where partition p of topic lives.
@@ -240,7 +240,7 @@ func (d *durablePart) complete(durable int64, err error) {
 	d.waiters = keep
 	d.mu.Unlock()
 	for _, w := range done {
-		w.c.queueAck(pendingAck{corr: w.corr, partition: d.part.id, base: w.base, err: err, start: w.start})
+		w.c.queueAck(pendingAck{corr: w.corr, partition: d.part.id, base: w.base, err: err, start: w.at})
 	}
 	clear(done)
 	d.doneBuf = done[:0]

@@ -199,7 +199,7 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	switch {
 	case d.needsSyncForAck(m.Acks):
 		c.durableWaits++
-		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count), start: c.turnStart})
+		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count), at: c.turnStart})
 		return
 	case d.shape.mode == fsyncAlways:
 		d.kickSync() // consumers with isolation "durable" see it once fsynced
