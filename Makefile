@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 PKGS      := ./...
 
-.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench metricsbench bench-e2e bench-fetch compare crash soak build-386 clean
+.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench metricsbench metrics-overhead bench-e2e bench-fetch compare crash soak build-386 clean
 
 all: build
 
@@ -90,6 +90,11 @@ bench-fetch:
 COMPARE_ROUNDS ?= 3
 compare:
 	$(GO) run ./tools/compare -rounds $(COMPARE_ROUNDS) -doc docs/PERFORMANCE.md -svg docs/compare-throughput.svg $(ARGS)
+
+# make compare's transient and durable cases with LightQ's metrics off and on (--http-addr, and
+# /metrics scraped every SCRAPE, default 200ms), alternated ROUNDS times (default 5).
+metrics-overhead:
+	./tools/metrics-overhead.sh
 
 # kill -9 crash cycles against the real binary (CRASH_CYCLES over the three fsync modes).
 crash:
