@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -384,16 +386,33 @@ func TestMetricsScrape(t *testing.T) {
 	})
 }
 
-// checkNames holds every lightq_ family to the naming conventions: HELP text, _total on
-// counters and only on them, _seconds on histograms, no _total on gauges.
+// checkNames holds every lightq_ family to the naming conventions (HELP text, _total on
+// counters and only on them, _seconds on histograms) and to docs/OPERATIONS.md, whose table
+// must list exactly the families the broker exposes.
 func checkNames(t *testing.T, mfs map[string]*dto.MetricFamily) {
 	t.Helper()
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(lightq_[a-z_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		documented[m[1]] = true
+	}
+	for name := range documented {
+		if mfs[name] == nil {
+			t.Errorf("docs/OPERATIONS.md lists %s, which /metrics does not have", name)
+		}
+	}
 	seen := 0
 	for name, mf := range mfs {
 		if !strings.HasPrefix(name, "lightq_") {
 			continue
 		}
 		seen++
+		if !documented[name] {
+			t.Errorf("%s is not in docs/OPERATIONS.md's table", name)
+		}
 		if strings.TrimSpace(mf.GetHelp()) == "" {
 			t.Errorf("%s has no HELP text", name)
 		}
