@@ -64,7 +64,6 @@ type Config struct {
 	PlotSizes        []int // extra transient sizes for the plot
 	PlotBytes        int   // payload bytes per plot measurement (count = this / size, bounded)
 	JSBatch          int
-	LightQMetrics    time.Duration // > 0: lightq with --http-addr, /metrics scraped this often (scrape.go)
 	NATSSyncDefault  string // "" = server default (2m), as peers.sh
 	PeersBin         string // where nats-server and nats are, or are installed
 	Install          bool
@@ -72,6 +71,8 @@ type Config struct {
 	DocPath, SVGPath string
 	RawPath          string
 	Log              io.Writer
+
+	LightQMetrics time.Duration // > 0: lightq with --http-addr, /metrics scraped this often (scrape.go)
 }
 
 const (
