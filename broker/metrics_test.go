@@ -149,6 +149,7 @@ func TestMetricsScrape(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.MaxConnections = 7
+	cfg.Limits.AuthTimeout = 5 * time.Minute // the unauthenticated connection below must stay
 	cfg.LoginThrottle.MaxFailures = 2
 	cfg.LoginThrottle.BaseDelay, cfg.LoginThrottle.MaxDelay = time.Millisecond, time.Millisecond
 	srv := startWith(t, cfg)
