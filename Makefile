@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 PKGS      := ./...
 
-.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench bench-e2e bench-fetch compare compare-smoke crash soak build-386 clean
+.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench metricsbench metrics-overhead bench-e2e bench-fetch compare compare-smoke crash soak build-386 clean
 
 all: build
 
@@ -70,6 +70,13 @@ bench:
 microbench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
+# The two metrics libraries considered (prometheus/client_golang, VictoriaMetrics/metrics) side
+# by side on the broker's per-batch operations. Its own module (tools/metricsbench), so the
+# broker does not depend on the one it did not choose. COUNT=N rounds (default 5).
+COUNT ?= 5
+metricsbench:
+	cd tools/metricsbench && $(GO) test -run='^$$' -bench=. -benchmem -count=$(COUNT) .
+
 # Broker and clients as separate processes on loopback: lqbench e2e for 100 and 1024 bytes.
 bench-e2e:
 	./tools/bench-e2e.sh
@@ -89,6 +96,11 @@ compare:
 
 compare-smoke:
 	$(GO) run ./tools/compare -smoke $(if $(COMPARE_CASES),-cases $(COMPARE_CASES)) $(ARGS)
+
+# make compare's transient and durable cases with LightQ's metrics off and on (--http-addr, and
+# /metrics scraped every SCRAPE, default 200ms), alternated ROUNDS times (default 5).
+metrics-overhead:
+	./tools/metrics-overhead.sh
 
 # kill -9 crash cycles against the real binary (CRASH_CYCLES over the three fsync modes).
 crash:

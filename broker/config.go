@@ -108,6 +108,17 @@ type Config struct {
 	IOPool   PoolSize // FETCH of data that may not be in the page cache: reads and prefetch
 	MetaPool PoolSize // LIST_OFFSETS by timestamp (COMMIT_OFFSET has its topic's own syncer)
 
+	// HTTPAddr, when set, is where the operations listener serves /metrics (Prometheus),
+	// /healthz and /readyz (package opshttp); empty: no listener, and the broker counts
+	// nothing for metrics. It listens from New on, before recovery, so /readyz can answer
+	// 503 until Start has the listeners up. HTTPPprof also serves net/http/pprof there.
+	HTTPAddr  string
+	HTTPPprof bool
+	// MetricsMaxGroups caps the consumer groups ((topic, group) pairs) whose committed
+	// offsets and lag /metrics shows: group names are chosen by clients, and each pair is
+	// two series per partition. Commits of groups past it are counted, not shown.
+	MetricsMaxGroups int
+
 	// LoginThrottle limits failed logins (see auth.ThrottleConfig); zero fields take
 	// auth.DefaultThrottleConfig's values.
 	LoginThrottle auth.ThrottleConfig
@@ -152,6 +163,7 @@ func DefaultConfig() Config {
 		IdleTimeout:                 10 * time.Minute,
 		MaxConnections:              10000,
 		MaxConnectionsPerAddr:       1000,
+		MetricsMaxGroups:            1000,
 		Logger:                      zerolog.Nop(),
 	}
 }
@@ -200,6 +212,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("producer expiry %v outside [1s, 720h] (30 days)", c.ProducerExpiry)
 	case c.MaxProducersPerPartition < 1 || c.MaxProducers < 1:
 		return fmt.Errorf("max producers per partition and per broker must be at least 1")
+	case c.MetricsMaxGroups < 0:
+		return fmt.Errorf("metrics max groups must not be negative (0: show no group)")
 	}
 	return c.Groups.Validate()
 }

@@ -127,6 +127,10 @@ type conn struct {
 	partialSince time.Time
 	idleSince    time.Time
 	timeoutAt    atomic.Int64
+
+	// turnStart is when the current onTraffic turn began, the arrival time of the requests it
+	// reads, for the latency histograms (metrics.go); zero while metrics are off.
+	turnStart time.Time
 }
 
 // pendingAck is a PRODUCE answer that waited for an fsync.
@@ -135,6 +139,7 @@ type pendingAck struct {
 	partition uint32
 	base      int64
 	err       error
+	start     time.Time // the PRODUCE's arrival (zero: metrics off)
 }
 
 // queueAck queues a durable ack and wakes the loop. Safe from any goroutine; allocates
@@ -201,6 +206,7 @@ func (c *conn) complete(fn func(*conn)) bool {
 // byte is written, and input waits.
 func (c *conn) onTraffic() gnet.Action {
 	c.wakePending.Store(false)
+	c.turnStart = c.srv.metrics.now()
 	if c.saidGoodbye {
 		return c.closeOnceSent()
 	}
@@ -328,6 +334,7 @@ func (c *conn) runCompletions() {
 			c.sendStorageError(a.corr, "", a.partition, a.err)
 			continue
 		}
+		c.srv.metrics.acked(ackFsynced, a.start)
 		resp := wire.ProduceResponse{Partition: a.partition, BaseOffset: a.base}
 		c.respond(wire.OpProduce, a.corr, resp.AppendTo)
 	}

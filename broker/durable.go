@@ -111,6 +111,7 @@ type durableAck struct {
 	corr uint32
 	base int64
 	next int64
+	at   time.Time // the PRODUCE's arrival, for lightq_produce_ack_duration_seconds (zero: metrics off)
 }
 
 // partitionDir is where partition p of topic lives.
@@ -208,7 +209,9 @@ func (d *durablePart) syncer() {
 			closing = true
 		}
 		if d.log.DurableOffset() < d.log.NextOffset() || d.hasWaiters() {
+			start := d.part.metrics.now()
 			durable, err := d.log.Sync()
+			d.part.metrics.synced(start)
 			d.complete(durable, err)
 			if d.shape.mode == fsyncAlways {
 				d.part.wakeAll() // durable data became visible to consumers
@@ -243,7 +246,7 @@ func (d *durablePart) complete(durable int64, err error) {
 	d.waiters = keep
 	d.mu.Unlock()
 	for _, w := range done {
-		w.c.queueAck(pendingAck{corr: w.corr, partition: d.part.id, base: w.base, err: err})
+		w.c.queueAck(pendingAck{corr: w.corr, partition: d.part.id, base: w.base, err: err, start: w.at})
 	}
 	clear(done)
 	d.doneBuf = done[:0]

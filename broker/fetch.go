@@ -19,6 +19,8 @@ type fetchWait struct {
 	p        *partition
 	deadline time.Time
 	timer    *time.Timer
+	start    time.Time // arrival, for lightq_fetch_duration_seconds (zero: metrics off)
+	cold     bool      // an I/O worker prepared it
 }
 
 // transfer is a FETCH response in flight: its header went out through gnet, the batches go
@@ -62,7 +64,7 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeResourceLimit, fmt.Sprintf("a connection may have %d FETCHes outstanding", maxFetchesPerConn))
 		return
 	}
-	fw := &fetchWait{corr: corr, req: m, t: t, p: p}
+	fw := &fetchWait{corr: corr, req: m, t: t, p: p, start: c.turnStart}
 	if !c.srv.cfg.NoColdPrefetch && c.mayBeCold(fw) && c.fetchFromWorker(fw) {
 		return
 	}
@@ -151,6 +153,7 @@ func (c *conn) mayBeCold(fw *fetchWait) bool {
 func (c *conn) fetchFromWorker(fw *fetchWait) bool {
 	d := fw.p.dlog
 	limit, maxBytes := d.visibleLimit(fw.req.Isolation), c.fetchMaxBytes(fw)
+	fw.cold = true
 	c.cold++
 	ok := c.srv.ioPool.Submit(func() {
 		chunk, err := d.log.Read(fw.req.Offset, limit, maxBytes)
@@ -217,6 +220,7 @@ func (c *conn) respondFetch(fw *fetchWait, chunk *qlog.Chunk) {
 	resp := wire.FetchResponse{Partition: fw.p.id, HighWatermark: d.visibleLimit(fw.req.Isolation), LogStartOffset: d.log.StartOffset()}
 	resp.AppendTo(hdr[wire.HeaderSize:wire.HeaderSize]) // fills hdr in place
 	c.out = append(c.out, hdr[:]...)
+	c.srv.metrics.fetched(fw.path(), fw.start)
 	if chunk == nil {
 		return
 	}
@@ -229,6 +233,7 @@ func (c *conn) respondFetch(fw *fetchWait, chunk *qlog.Chunk) {
 	st := &fw.t.stats
 	st.bytesOut.Add(uint64(n))
 	st.msgsOut.Add(uint64(chunk.NextOffset - chunk.BaseOffset))
+	c.srv.metrics.countOut(fw.p, uint64(chunk.NextOffset-chunk.BaseOffset), int(n), 0)
 	c.startTransfer(&transfer{chunk: chunk, pos: chunk.Pos, remaining: n})
 }
 

@@ -47,6 +47,7 @@ const refusalLogInterval = time.Second
 
 // logRefusal logs a refused connection, rate-limited. Safe from any goroutine; lock-free.
 func (s *Server) logRefusal(c *conn, refusal string) {
+	s.metrics.connectionRefused()
 	now := time.Now().UnixNano()
 	next := s.refusalLogNext.Load()
 	if now < next || !s.refusalLogNext.CompareAndSwap(next, now+int64(refusalLogInterval)) {

@@ -124,6 +124,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 			return func(c *conn) { c.loggedIn(corr, user) }, 0
 		}
 		delay, blocked := s.throttle.Finish(attempt, auth.Failed, time.Now())
+		s.metrics.authFailed()
 		return func(c *conn) {
 			c.log.Info().Str("user", m.User).Dur("delay", delay).Msg("failed login")
 			c.setPrincipal(nil)
@@ -148,6 +149,7 @@ func (c *conn) handleAuth(corr uint32, body []byte) {
 // is logged as a warning. Runs on the connection's loop.
 func (c *conn) refuseLogin(corr uint32, user string, r auth.Refusal) {
 	c.log.Debug().Str("user", user).Str("refusal", r.Message()).Msg("login refused by the throttle")
+	c.srv.metrics.loginRefused(r)
 	if r.Busy() {
 		c.sendError(corr, wire.CodeResourceLimit, "AUTH refused: "+r.Message())
 		return

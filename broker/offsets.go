@@ -273,6 +273,9 @@ func (c *conn) commit(corr uint32, op wire.Op, t *topic, p *partition, group str
 	topicName := t.name
 	c.commitWaits++
 	err := to.st.Commit(group, p.id, offset, func(err error) {
+		if err == nil {
+			c.srv.metrics.noteGroup(to.st, topicName, group)
+		}
 		c.complete(func(c *conn) {
 			c.commitWaits--
 			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(op, corr) })

@@ -221,9 +221,11 @@ func (c *conn) producedTransient(corr uint32, t *topic, p *partition, acks wire.
 	t.stats.msgsIn.Add(uint64(count))
 	t.stats.bytesIn.Add(uint64(size))
 	t.stats.batchesIn.Add(1)
+	c.srv.metrics.countIn(p, count, size)
 	c.notePublisher(t)
 	p.wakeAll()
 	if acks != wire.AcksNone {
+		c.srv.metrics.acked(ackTransient, c.turnStart)
 		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: int64(first)}
 		c.respond(wire.OpProduce, corr, resp.AppendTo)
 	}
@@ -257,6 +259,7 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	t.stats.msgsIn.Add(uint64(count))
 	t.stats.bytesIn.Add(uint64(len(m.Batch)))
 	t.stats.batchesIn.Add(1)
+	c.srv.metrics.countIn(p, count, len(m.Batch))
 	c.notePublisher(t)
 	// Waiting fetches with isolation "written" (and every fetch unless fsync=always) can
 	// see the batch now; the syncer wakes the others once it is durable.
@@ -264,12 +267,13 @@ func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produ
 	switch {
 	case d.needsSyncForAck(m.Acks):
 		c.durableWaits++
-		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count)})
+		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count), at: c.turnStart})
 		return
 	case d.shape.mode == fsyncAlways:
 		d.kickSync() // consumers with isolation "durable" see it once fsynced
 	}
 	if m.Acks != wire.AcksNone {
+		c.srv.metrics.acked(ackWritten, c.turnStart)
 		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: base}
 		c.respond(wire.OpProduce, corr, resp.AppendTo)
 	}

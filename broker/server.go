@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/opshttp"
 	"github.com/lightq/lightq/broker/workpool"
 	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/wire"
@@ -51,6 +53,8 @@ type Server struct {
 	offsets  *offsetStore
 	groups   *group.Coordinator // consumer group membership (groups.go); in memory only
 	loops    loopStates         // per-event-loop scratch (record validation); see loopState
+	metrics  *brokerMetrics     // nil unless Config.HTTPAddr is set (metrics.go)
+	ops      *opshttp.Server    // the operations listener, or nil (metrics_http.go)
 
 	pids           *producerIDs          // INIT_PRODUCER's ids (producerids.go)
 	producerBudget *producerstate.Budget // caps producer states in all partitions (Config.MaxProducers)
@@ -95,6 +99,20 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
+	ops, reg, err := listenOps(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newServer(cfg, ops, reg)
+	if err != nil {
+		_ = ops.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer is New once the operations listener and its registry (nil: metrics off) are up.
+func newServer(cfg Config, ops *opshttp.Server, reg *prometheus.Registry) (*Server, error) {
 	store, err := meta.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -117,6 +135,10 @@ func New(cfg Config) (*Server, error) {
 		tickKick:  make(chan struct{}, 1),
 		preauth:   map[*conn]time.Time{},
 		transfers: map[*conn]struct{}{},
+		ops:       ops,
+	}
+	if reg != nil {
+		s.metrics = newBrokerMetrics(s, reg)
 	}
 	s.pids, s.producerBudget = pids, producerstate.NewBudget(cfg.MaxProducers)
 	s.timeoutScan = timeoutScanInterval(&cfg)
@@ -142,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.groups = group.New(cfg.Groups)
 	s.loadTopics(store.State())
+	s.trackStoredGroups()
 	return s, nil
 }
 
@@ -203,6 +226,7 @@ func (s *Server) Start() error {
 		s.ioPool.Close()
 		s.metaPool.Close()
 		s.watcher.close()
+		s.closeOps()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
 	}
 	addr, err := listenerAddr(s.eng)
@@ -210,6 +234,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.addr.Store(&addr)
+	s.setReady() // before the log line, which tests and scripts wait for
 	s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version).Msg("lightq listening")
 	return nil
 }
@@ -259,6 +284,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		s.stopping.Store(true)
 		s.groups.Stop() // answers held heartbeats, so their connections can drain
+		s.setNotReady()
 		s.log.Info().Msg("shutting down: draining connections")
 		deadline := time.Now().Add(s.cfg.ShutdownDrain)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -300,6 +326,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				}
 			}
 		}
+		s.closeOps()
 		s.log.Info().Msg("stopped")
 	})
 	return err

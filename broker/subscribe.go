@@ -164,6 +164,9 @@ func (c *conn) deliver() {
 		}
 		for s.credit > 0 {
 			if c.gc.OutboundBuffered() >= hwm {
+				if !c.deliverBlocked {
+					c.srv.metrics.subscriberStalled()
+				}
 				c.deliverBlocked = true
 				return
 			}
@@ -253,6 +256,7 @@ func (c *conn) writeDeliver(s *subscription, cur *cursor, batch []byte, count ui
 	if dropped > 0 {
 		st.dropped.Add(dropped)
 	}
+	c.srv.metrics.countOut(cur.part, uint64(count), len(batch), dropped)
 }
 
 // hasDeliverable reports whether a subscription could still be sent something now.

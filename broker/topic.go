@@ -48,6 +48,9 @@ type partition struct {
 	// Reserve and Commit), never across I/O.
 	idemMu sync.Mutex
 	idem   *producerstate.Table
+
+	stats   partitionStats // for /metrics, counted while metrics are on (metrics.go)
+	metrics *brokerMetrics // nil: metrics off; set before the partition's syncer starts
 }
 
 // queueGroup is a queue group's shared position in one partition: members claim batches from

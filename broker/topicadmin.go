@@ -208,6 +208,7 @@ func (s *Server) newTopic(mt meta.Topic, sh topicShape) *topic {
 	if mt.Kind == wire.KindDurable {
 		for _, p := range t.parts {
 			logger := s.log.With().Str("topic", mt.Name).Uint32("partition", p.id).Logger()
+			p.metrics = s.metrics
 			p.dlog = openDurable(partitionDir(s.cfg.DataDir, mt.Name, int(p.id)), sh.durable, p, s.producerOptions(mt.Name, p.id), func(format string, args ...any) {
 				logger.Warn().Msgf(format, args...)
 			})

@@ -194,6 +194,17 @@ func (r *Ring) Messages() (oldest, next uint64) {
 	return r.tailMsg.Load(), r.nextMsg.Load()
 }
 
+// Span is Messages without the ring's lock, for monitoring: it never waits for a writer
+// that holds the lock while it validates a batch. Taken during a write, the pair may be a
+// moment old, but oldest never exceeds next; between writes it equals Messages. Safe for
+// concurrent use; lock-free.
+func (r *Ring) Span() (oldest, next uint64) {
+	next = r.nextMsg.Load()
+	// tailMsg is the oldest message held, or nextMsg when the ring is empty (it starts so,
+	// and evicting every batch leaves it so).
+	return min(r.tailMsg.Load(), next), next
+}
+
 // View is a batch being read. Data aliases the arena and is valid until Release.
 type View struct {
 	Data     []byte

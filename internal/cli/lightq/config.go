@@ -63,9 +63,12 @@ var confHelp = map[string]string{
 	"max-members-per-group":     "members of one consumer group; more JOIN_GROUPs are refused",
 	"max-groups":                "consumer groups with live members; more are refused",
 	"max-group-members":         "members of all consumer groups together; more are refused",
+	// Operations.
+	"http-addr":          "serve /metrics, /healthz and /readyz on this address (empty: off; no authentication)",
+	"metrics-max-groups": "consumer groups (topic, group pairs) whose committed offsets and lag /metrics shows at most",
 
 	// Debugging.
-	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback)",
+	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback; the same as http-addr: served there)",
 	"fetch-copy": "send FETCH data with read+write instead of sendfile (for comparing the two)",
 }
 
@@ -193,11 +196,16 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	} else {
 		cfg.FetchCopy = v
 	}
-	if addr := set["pprof-addr"]; addr != "" {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("pprof-addr: %q is not host:port", addr))
+	for _, key := range []string{"pprof-addr", "http-addr"} {
+		if addr := set[key]; addr != "" {
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not host:port", key, addr))
+			}
 		}
 	}
+	cfg.HTTPAddr = set["http-addr"]
+	cfg.HTTPPprof = cfg.HTTPAddr != "" && set["pprof-addr"] == cfg.HTTPAddr
+	cfg.MetricsMaxGroups = num("metrics-max-groups")
 	p, err := parseHashParams(set["hash-params"])
 	if err != nil {
 		errs = append(errs, err)

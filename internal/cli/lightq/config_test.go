@@ -88,6 +88,52 @@ var settingSamples = map[string]string{
 	"group-session-timeout": "20s", "group-min-session-timeout": "2s", "group-max-session-timeout": "10m",
 	"max-members-per-group": "64", "max-groups": "500", "max-group-members": "2000",
 	"pprof-addr": "127.0.0.1:6061", "fetch-copy": "true",
+	"http-addr": "127.0.0.1:9470", "metrics-max-groups": "50",
+}
+
+// TestOperationsSettings: http-addr and metrics-max-groups reach the broker's Config; the
+// operations listener serves pprof only when pprof-addr names the same address; bad values
+// name their setting.
+func TestOperationsSettings(t *testing.T) {
+	settings, err := parseConf(defaultConf, "default.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := buildConfig(settings, envFunc(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != "" || cfg.HTTPPprof || cfg.MetricsMaxGroups != 1000 {
+		t.Errorf("defaults: http-addr %q, pprof there %v, max groups %d", cfg.HTTPAddr, cfg.HTTPPprof, cfg.MetricsMaxGroups)
+	}
+	for _, tc := range []struct {
+		http, pprof string
+		shared      bool
+	}{
+		{"127.0.0.1:9470", "", false},
+		{"127.0.0.1:9470", "127.0.0.1:6060", false},
+		{"127.0.0.1:9470", "127.0.0.1:9470", true},
+		{"", "127.0.0.1:6060", false},
+	} {
+		settings["http-addr"], settings["pprof-addr"] = tc.http, tc.pprof
+		cfg, err := buildConfig(settings, envFunc(nil), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HTTPAddr != tc.http || cfg.HTTPPprof != tc.shared {
+			t.Errorf("http-addr %q, pprof-addr %q: HTTPAddr %q, HTTPPprof %v", tc.http, tc.pprof, cfg.HTTPAddr, cfg.HTTPPprof)
+		}
+	}
+	for key, bad := range map[string]string{"http-addr": "9470", "metrics-max-groups": "lots"} {
+		s := map[string]string{}
+		for k, v := range settings {
+			s[k] = v
+		}
+		s[key] = bad
+		if _, err := buildConfig(s, envFunc(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s = %s: error %v does not name the setting", key, bad, err)
+		}
+	}
 }
 
 // TestEveryFlagInConfigFile walks every flag of the lightq command: each but the command's own

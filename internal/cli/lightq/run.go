@@ -120,7 +120,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintln(stderr, "lightq:", err)
 		return 2
 	}
-	if addr := settings["pprof-addr"]; addr != "" {
+	if addr := settings["pprof-addr"]; addr != "" && !cfg.HTTPPprof { // else the operations listener serves it
 		go func() {
 			err := http.ListenAndServe(addr, nil)
 			cfg.Logger.Error().Err(err).Msg("pprof server stopped")

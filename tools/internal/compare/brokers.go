@@ -24,6 +24,9 @@ type brokerRun struct {
 	addr string // LightQ host:port or NATS URL
 	mon  string // NATS monitoring URL
 	dir  string
+
+	metricsURL string        // lightq's /metrics with -lightq-metrics, else ""
+	scrapeEach time.Duration // how often measure scrapes it
 }
 
 // stop stops the broker and removes its data directory, so that the next measurement
@@ -45,8 +48,15 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// Cheap password hashing: an argon2 login costs ~0.1 s of CPU per connection, which has
 	// nothing to do with messaging (NATS runs without authentication here).
-	srv, err := startServer("lightq", []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}, filepath.Join(r.bin, "lightq"),
-		"--addr", addr, "--data-dir", dir, "--log-level", "warn", "--hash-params", "m=64,t=1,p=1")
+	args := []string{"--addr", addr, "--data-dir", dir, "--log-level", "warn", "--hash-params", "m=64,t=1,p=1"}
+	httpPort := 0
+	if r.cfg.LightQMetrics > 0 {
+		if httpPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--http-addr", fmt.Sprintf("127.0.0.1:%d", httpPort))
+	}
+	srv, err := startServer("lightq", []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}, filepath.Join(r.bin, "lightq"), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +64,13 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
 		_ = b.stop()
 		return nil, err
+	}
+	if httpPort != 0 {
+		b.metricsURL, b.scrapeEach = fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort), r.cfg.LightQMetrics
+		if err := waitPort(ctx, srv, httpPort, 15*time.Second); err != nil {
+			b.stop()
+			return nil, err
+		}
 	}
 	return b, nil
 }

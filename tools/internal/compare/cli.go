@@ -28,7 +28,7 @@
 // reference, free space), lightq.go and nats.go (each side's clients per case),
 // floors.go (relaylat and blast, no broker), brokers.go (starting a fresh broker), peers.go
 // (the pinned NATS peers), measure.go (one measurement), proc.go (processes, CPU, noise),
-// report.go (table, doc section, raw file), svg.go (the plot).
+// report.go (table, doc section, raw file), svg.go (the plot), scrape.go (-lightq-metrics).
 package compare
 
 import (
@@ -79,6 +79,8 @@ type Config struct {
 	DocPath, SVGPath string
 	RawPath          string
 	Log              io.Writer
+
+	LightQMetrics time.Duration // > 0: lightq with --http-addr, /metrics scraped this often (scrape.go)
 }
 
 const (
@@ -134,6 +136,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&cfg.TCPBytes, "tcp-bytes", cfg.TCPBytes, "bytes the raw TCP blast sends")
 	fs.IntVar(&cfg.PlotBytes, "plot-bytes", cfg.PlotBytes, "payload bytes per plot measurement (count = bytes/size, 10K..1M)")
 	fs.IntVar(&cfg.JSBatch, "js-batch", cfg.JSBatch, "JetStream async publish batch (nats bench default)")
+	fs.DurationVar(&cfg.LightQMetrics, "lightq-metrics", 0, "run lightq with its metrics on (--http-addr) and scrape /metrics this often during each measurement (0: metrics off)")
 	fs.StringVar(&cfg.PeersBin, "peers-bin", cfg.PeersBin, "directory holding (or to install) nats-server and nats")
 	fs.BoolVar(&cfg.Install, "install", cfg.Install, "install the pinned NATS peers into -peers-bin when missing")
 	fs.StringVar(&cfg.Repo, "repo", "", "LightQ module root (default: found from the working directory)")

@@ -2,6 +2,7 @@ package compare
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -47,7 +48,17 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 	m.noise = startNoise(live)
 	m.srvCPU = live()
 	m.start = time.Now()
-	if err := body(m); err != nil {
+	var sc *scraper
+	if b.metricsURL != "" {
+		sc = startScraper(ctx, b.metricsURL, b.scrapeEach)
+	}
+	err := body(m)
+	if sc != nil {
+		n, serr := sc.stop()
+		m.s["scrapes"] = float64(n)
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
 		return nil, err
 	}
 	wall := time.Since(m.start).Seconds()
