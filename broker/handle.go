@@ -25,7 +25,9 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		}
 		return
 	case wire.OpAuth:
-		c.handleAuth(h.Corr, body)
+		if !c.handleCertAuth(h.Corr, body) {
+			c.handleAuth(h.Corr, body)
+		}
 		return
 	}
 	if !h.Op.Known() || h.Op == wire.OpError || h.Op == wire.OpDeliver {
