@@ -85,6 +85,9 @@ var settingSamples = map[string]string{
 	"shutdown-drain": "5s", "transfer-timeout": "2m", "read-timeout": "20s", "idle-timeout": "5m",
 	"max-connections": "500", "max-connections-per-addr": "50",
 	"pprof-addr": "127.0.0.1:6061", "fetch-copy": "true",
+	"tls-addr": "0.0.0.0:7451", "tls-cert": "/etc/lightq/server.crt", "tls-key": "/etc/lightq/server.key",
+	"tls-client-ca": "/etc/lightq/clients.crt", "tls-client-auth": "optional", "tls-min-version": "1.2",
+	"tls-handshake-timeout": "3s",
 }
 
 // TestEveryFlagInConfigFile walks every flag of the lightq command: each but the command's own
