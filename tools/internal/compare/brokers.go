@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lightq/lightq/internal/certgen"
 )
 
 // Brokers: each measurement starts a fresh lightq or nats-server on a free port with its own
@@ -21,17 +23,42 @@ func (r *runner) tempDir(prefix string) string {
 // brokerRun is a running broker (LightQ or NATS) with a fresh data dir.
 type brokerRun struct {
 	srv  *server
-	addr string // LightQ host:port or NATS URL
+	addr string // LightQ host:port (plaintext) or NATS URL
 	mon  string // NATS monitoring URL
 	dir  string
+	// conn is how the benchmark clients connect: the address flag and, over TLS, the CA.
+	conn []string
 }
+
+// transport says whether a case's clients speak TLS to the broker.
+type transport int
+
+const (
+	plain transport = iota
+	overTLS
+)
 
 func (b *brokerRun) stop() {
 	b.srv.stop()
 	_ = os.RemoveAll(b.dir)
 }
 
-func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
+// makePKI makes the throwaway CA and the server certificate (ECDSA P-256, for 127.0.0.1 and
+// localhost, valid for a day) that both brokers serve in the TLS cases.
+func (r *runner) makePKI() error {
+	dir := r.tempDir("pki")
+	ca, err := certgen.NewCA("compare CA", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	if r.pki.ca, err = ca.WriteCA(dir, "ca"); err != nil {
+		return err
+	}
+	r.pki.cert, r.pki.key, err = ca.WriteFiles(dir, "server", certgen.ServerLeaf(24*time.Hour))
+	return err
+}
+
+func (r *runner) startLightQ(ctx context.Context, tr transport) (*brokerRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -40,22 +67,38 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// Cheap password hashing: an argon2 login costs ~0.1 s of CPU per connection, which has
 	// nothing to do with messaging (NATS runs without authentication here).
-	srv, err := startServer("lightq", []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}, filepath.Join(r.bin, "lightq"),
-		"--addr", addr, "--data-dir", dir, "--log-level", "warn", "--hash-params", "m=64,t=1,p=1")
+	args := []string{"--addr", addr, "--data-dir", dir, "--log-level", "warn", "--hash-params", "m=64,t=1,p=1"}
+	conn := []string{"-b", addr}
+	tlsPort := 0
+	if tr == overTLS {
+		if tlsPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		tlsAddr := fmt.Sprintf("127.0.0.1:%d", tlsPort)
+		args = append(args, "--tls-addr", tlsAddr, "--tls-cert", r.pki.cert, "--tls-key", r.pki.key)
+		conn = []string{"-b", tlsAddr, "--tls-ca", r.pki.ca}
+	}
+	srv, err := startServer("lightq", []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}, filepath.Join(r.bin, "lightq"), args...)
 	if err != nil {
 		return nil, err
 	}
-	b := &brokerRun{srv: srv, addr: addr, dir: dir}
+	b := &brokerRun{srv: srv, addr: addr, dir: dir, conn: conn}
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
 		b.stop()
 		return nil, err
+	}
+	if tlsPort != 0 {
+		if err := waitPort(ctx, srv, tlsPort, 15*time.Second); err != nil {
+			b.stop()
+			return nil, err
+		}
 	}
 	return b, nil
 }
 
 // startNATS starts nats-server with JetStream in a fresh store, as peers.sh does.
 // syncInterval "" keeps the server default (2 min).
-func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun, error) {
+func (r *runner) startNATS(ctx context.Context, syncInterval string, tr transport) (*brokerRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -70,6 +113,12 @@ func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun
 		conf += fmt.Sprintf("  sync_interval: %q\n", syncInterval)
 	}
 	conf += "}\n"
+	scheme, conn := "nats", []string{}
+	if tr == overTLS {
+		// The certificate and key LightQ's TLS port serves.
+		conf += fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n}\n", r.pki.cert, r.pki.key)
+		scheme, conn = "tls", []string{"--tlsca", r.pki.ca}
+	}
 	confPath := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -78,7 +127,8 @@ func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun
 	if err != nil {
 		return nil, err
 	}
-	b := &brokerRun{srv: srv, addr: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: fmt.Sprintf("http://127.0.0.1:%d", mon), dir: dir}
+	url := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
+	b := &brokerRun{srv: srv, addr: url, mon: fmt.Sprintf("http://127.0.0.1:%d", mon), dir: dir, conn: append([]string{"-s", url}, conn...)}
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
 		b.stop()
 		return nil, err

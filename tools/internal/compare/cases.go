@@ -59,8 +59,8 @@ func (r *runner) cases() []caseDef {
 	transient := func(size, msgs int, t *target, family string) caseDef {
 		return caseDef{id: fmt.Sprintf("transient-%d", size), family: family, size: size,
 			title: fmt.Sprintf("transient %d B (NATS core)", size), rows: subRow(t),
-			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, size, msgs, 1) },
-			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, size, msgs, 1) }}
+			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, plain, size, msgs, 1) },
+			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, plain, size, msgs, 1) }}
 	}
 	if want("transient") {
 		out = append(out, transient(100, cfg.Msgs100, ratioAtLeast(3), "transient"), transient(1024, cfg.Msgs1K, ratioAtLeast(2), "transient"))
@@ -69,9 +69,9 @@ func (r *runner) cases() []caseDef {
 		out = append(out, caseDef{id: "transient-1024-acks-none", family: "transient", size: 1024,
 			title: "transient 1024 B, LightQ acks=none as NATS core (no publish acks)", rows: subRow(nil),
 			lightq: func(ctx context.Context) (sample, error) {
-				return r.lqTransient(ctx, 1024, cfg.Msgs1K, 1, "--acks", "none")
+				return r.lqTransient(ctx, plain, 1024, cfg.Msgs1K, 1, "--acks", "none")
 			},
-			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, 1024, cfg.Msgs1K, 1) }})
+			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, plain, 1024, cfg.Msgs1K, 1) }})
 	}
 	if want("fanout") {
 		k := cfg.FanoutSubs
@@ -80,9 +80,9 @@ func (r *runner) cases() []caseDef {
 			rows: []rowDef{{key: "sub", label: "msgs/s per subscriber", target: ratioAtLeast(3)}, {key: "pub", label: "msgs/s (publisher)"},
 				{key: "delivered_pct", label: "% delivered (rest dropped: subscriber behind the ring)", noRatio: true}},
 			lightq: func(ctx context.Context) (sample, error) {
-				return r.lqTransient(ctx, 100, cfg.FanoutMsgs, k)
+				return r.lqTransient(ctx, plain, 100, cfg.FanoutMsgs, k)
 			},
-			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, 100, cfg.FanoutMsgs, k) }})
+			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, plain, 100, cfg.FanoutMsgs, k) }})
 	}
 	if want("durable") {
 		for _, size := range []int{100, 1024} {
@@ -95,22 +95,39 @@ func (r *runner) cases() []caseDef {
 				rows:  []rowDef{{key: "pub", label: "msgs/s produce", target: tp}, {key: "sub", label: "msgs/s read-back", target: ts}},
 				lightq: func(ctx context.Context) (sample, error) {
 					// interval=2m: acknowledged after the write, fsync every 2 min = JetStream's default.
-					return r.lqDurable(ctx, size, cfg.DurableMsgs, "interval=2m", "written", thenReadBack)
+					return r.lqDurable(ctx, plain, size, cfg.DurableMsgs, "interval=2m", "written", thenReadBack)
 				},
 				nats: func(ctx context.Context) (sample, error) {
-					return r.natsJS(ctx, size, cfg.DurableMsgs, "", thenReadBack)
+					return r.natsJS(ctx, plain, size, cfg.DurableMsgs, "", thenReadBack)
 				}})
 		}
+	}
+	if want("tls") {
+		// The same 1024 B cases over TLS, both brokers serving one certificate (r.pki): LightQ
+		// on its TLS port (tls-addr), NATS with a tls block; the clients verify it.
+		out = append(out, caseDef{id: "tls-transient-1024", family: "tls", size: 1024,
+			title: "TLS, transient 1024 B (NATS core over TLS)", rows: subRow(ratioAtLeast(1.5)),
+			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, overTLS, 1024, cfg.Msgs1K, 1) },
+			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, overTLS, 1024, cfg.Msgs1K, 1) }},
+			caseDef{id: "tls-durable-1024", family: "tls", size: 1024,
+				title: "TLS, durable 1024 B, acks=written, read back (JetStream file over TLS)",
+				rows:  []rowDef{{key: "pub", label: "msgs/s produce"}, {key: "sub", label: "msgs/s read-back", target: ratioAtLeast(1.5)}},
+				lightq: func(ctx context.Context) (sample, error) {
+					return r.lqDurable(ctx, overTLS, 1024, cfg.DurableMsgs, "interval=2m", "written", thenReadBack)
+				},
+				nats: func(ctx context.Context) (sample, error) {
+					return r.natsJS(ctx, overTLS, 1024, cfg.DurableMsgs, "", thenReadBack)
+				}})
 	}
 	if want("fsync") {
 		out = append(out, caseDef{id: "fsync-100", family: "fsync", size: 100,
 			title: "durable 100 B, fsync before ack (fsync=always vs sync_interval=always)",
 			rows:  []rowDef{{key: "pub", label: "msgs/s produce", target: ratioAtLeast(100)}},
 			lightq: func(ctx context.Context) (sample, error) {
-				return r.lqDurable(ctx, 100, cfg.FsyncMsgs, "always", "durable", produceOnly)
+				return r.lqDurable(ctx, plain, 100, cfg.FsyncMsgs, "always", "durable", produceOnly)
 			},
 			nats: func(ctx context.Context) (sample, error) {
-				return r.natsJS(ctx, 100, cfg.FsyncMsgsNATS, "always", produceOnly)
+				return r.natsJS(ctx, plain, 100, cfg.FsyncMsgsNATS, "always", produceOnly)
 			}})
 	}
 	if want("latency") {

@@ -48,7 +48,8 @@ func parseLQ(c *client) (*lqResult, error) {
 }
 
 func (m *meas) lqbench(ctx context.Context, role string, args ...string) *client {
-	full := append([]string{args[0], "-b", m.b.addr, "--json", "-q"}, args[1:]...)
+	full := append(append([]string{args[0]}, m.b.conn...), "--json", "-q")
+	full = append(full, args[1:]...)
 	return m.client(ctx, role, filepath.Join(m.r.bin, "lqbench"), full...)
 }
 
@@ -81,8 +82,8 @@ func waitLQSubscribers(ctx context.Context, addr, topic string, n int, sub *clie
 
 // lqTransient: `lqbench consume` (subs subscribers in one process) and `lqbench produce` as
 // separate processes, the consumer subscribed first, as nats bench sub / pub.
-func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs ...string) (sample, error) {
-	b, err := r.startLightQ(ctx)
+func (r *runner) lqTransient(ctx context.Context, tr transport, size, msgs, subs int, pubArgs ...string) (sample, error) {
+	b, err := r.startLightQ(ctx, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +127,8 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs 
 
 // lqDurable: produce to a durable topic, then (thenReadBack) read everything back from the
 // beginning.
-func (r *runner) lqDurable(ctx context.Context, size, msgs int, fsync, acks string, read readBack) (sample, error) {
-	b, err := r.startLightQ(ctx)
+func (r *runner) lqDurable(ctx context.Context, tr transport, size, msgs int, fsync, acks string, read readBack) (sample, error) {
+	b, err := r.startLightQ(ctx, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +164,7 @@ func (r *runner) lqDurable(ctx context.Context, size, msgs int, fsync, acks stri
 
 // lqLatency: lqbench e2e at a fixed rate (open loop; latency from the intended send time).
 func (r *runner) lqLatency(ctx context.Context, kind wire.Kind) (sample, error) {
-	b, err := r.startLightQ(ctx)
+	b, err := r.startLightQ(ctx, plain)
 	if err != nil {
 		return nil, err
 	}
