@@ -13,18 +13,18 @@ import (
 // rawConn is the TCP connection under a session's tls.Conn. It does three things crypto/tls
 // cannot be asked to do:
 //
-//   - It reads the socket into a pooled buffer and hands crypto/tls at most the rest of the
-//     current record per Read, so that crypto/tls never holds a record beyond the one it is
-//     decrypting. The session can then tell whether another whole record is already here
-//     (buffered) and decrypt it too before it writes to the broker: one write for many
-//     records instead of one each (tryRead). Between records it holds no buffer.
+//   - It reads the socket into a pooled buffer (none while the socket is idle) and, while
+//     noBlock is set, answers a Read it cannot serve from that buffer with errWouldBlock
+//     instead of waiting. The session uses that to decrypt every record that already
+//     arrived before it writes to the broker: one write for many records instead of one
+//     each.
 //   - It follows the record boundaries (recordTracker) and, once the handshake is done,
 //     bounds how long one record may take to arrive: the TLS form of the broker's read
 //     timeout, under which a started frame must be complete.
 //   - While coalescing, it gathers the records one tls.Conn.Write makes and sends them with
 //     one write(2) (flush).
 //
-// Read, tryRead, pause and the reading state belong to the session's reading goroutine
+// Read, fill, pause and the reading state belong to the session's reading goroutine
 // (crypto/tls reads under its input lock). Writes come from either goroutine, serialised by
 // crypto/tls's output lock; the coalescing buffer is guarded by wmu. The read deadline is set
 // under mu, by Read and by linger, so that the linger deadline always wins.
@@ -35,6 +35,9 @@ type rawConn struct {
 
 	rbuf         *[]byte // pooled; nil while nothing is buffered
 	rpos, rend   int
+	readFn       func(fd uintptr) bool // fill's callback, made once: a closure per read would allocate
+	readN        int                   // readFn's result
+	readErr      error
 	noBlock      bool // Read returns errWouldBlock instead of waiting for the socket
 	track        recordTracker
 	timed        bool      // the handshake is done: records are timed
@@ -51,7 +54,7 @@ type rawConn struct {
 	deadline  time.Time // the read deadline Read set last
 }
 
-// errWouldBlock is what Read returns in tryRead when the socket has nothing buffered. It is a
+// errWouldBlock is what Read returns with noBlock set when nothing is buffered. It is a
 // temporary net.Error, which crypto/tls returns without making it the connection's error.
 var errWouldBlock error = wouldBlock{}
 
@@ -60,6 +63,9 @@ type wouldBlock struct{}
 func (wouldBlock) Error() string   { return "tlsfront: no buffered input" }
 func (wouldBlock) Timeout() bool   { return true }
 func (wouldBlock) Temporary() bool { return true }
+
+// keepFirst is how many of the first bytes rawConn keeps: a LightQ header and then some.
+const keepFirst = 64
 
 // readBufferSize is the size of rawConn's socket reads: several records.
 const readBufferSize = 64 << 10
@@ -73,7 +79,9 @@ func newRawConn(nc net.Conn, readTimeout time.Duration) (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rawConn{Conn: nc, sc: rc, readTimeout: readTimeout}, nil
+	r := &rawConn{Conn: nc, sc: rc, readTimeout: readTimeout}
+	r.readFn = r.readSocket
+	return r, nil
 }
 
 func (r *rawConn) Read(p []byte) (int, error) {
@@ -85,9 +93,9 @@ func (r *rawConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n := copy(p[:min(len(p), r.toRecordEnd())], (*r.rbuf)[r.rpos:r.rend])
-	if len(r.first) < recordHeaderLen+8 {
-		r.first = append(r.first, p[:min(n, recordHeaderLen+8-len(r.first))]...)
+	n := copy(p, (*r.rbuf)[r.rpos:r.rend])
+	if len(r.first) < keepFirst {
+		r.first = append(r.first, p[:min(n, keepFirst-len(r.first))]...)
 	}
 	r.rpos += n
 	if r.track.feed(p[:n]) > 0 {
@@ -100,40 +108,15 @@ func (r *rawConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// toRecordEnd is how many bytes Read may hand crypto/tls: up to the end of the current record
-// (of its header while the header is incomplete).
-func (r *rawConn) toRecordEnd() int {
-	if r.track.hdrN < recordHeaderLen {
-		return recordHeaderLen - r.track.hdrN
-	}
-	return max(r.track.body, 1)
-}
-
 // fill waits for input and reads what the socket holds into a pooled buffer, taken only once
 // the socket is readable. It applies the record deadline (armDeadline).
 func (r *rawConn) fill() error {
 	if r.timed {
 		r.armDeadline()
 	}
-	var n int
-	var rerr error
-	err := r.sc.Read(func(fd uintptr) bool {
-		if r.rbuf == nil {
-			r.rbuf = getBuf(readBufferSize)
-		}
-		for {
-			n, rerr = unix.Read(int(fd), *r.rbuf)
-			if rerr != unix.EINTR {
-				break
-			}
-		}
-		if rerr == unix.EAGAIN {
-			putBuf(r.rbuf)
-			r.rbuf = nil
-			return false // wait until the socket is readable, holding no buffer
-		}
-		return true
-	})
+	err := r.sc.Read(r.readFn)
+	n, rerr := r.readN, r.readErr
+	r.readErr = nil
 	switch {
 	case err == nil && rerr == nil && n > 0:
 		r.rpos, r.rend = 0, n
@@ -151,8 +134,25 @@ func (r *rawConn) fill() error {
 	return errEOF
 }
 
-// buffered reports whether input is waiting in the buffer (a record or part of one).
-func (r *rawConn) buffered() bool { return r.rpos < r.rend }
+// readSocket is fill's syscall.RawConn.Read callback: it reads the socket into a pooled
+// buffer, or, when the socket has nothing, gives the buffer back and asks to wait.
+func (r *rawConn) readSocket(fd uintptr) bool {
+	if r.rbuf == nil {
+		r.rbuf = getBuf(readBufferSize)
+	}
+	for {
+		r.readN, r.readErr = unix.Read(int(fd), *r.rbuf)
+		if r.readErr != unix.EINTR {
+			break
+		}
+	}
+	if r.readErr == unix.EAGAIN {
+		putBuf(r.rbuf)
+		r.rbuf = nil
+		return false // wait until the socket is readable, holding no buffer
+	}
+	return true
+}
 
 // armDeadline sets the read deadline of the wait about to start: the current record's start
 // plus the read timeout when the stream stopped inside a record, none when it stopped between

@@ -44,6 +44,11 @@ type Session struct {
 	tc      *tls.Conn
 	plain   net.Conn // the session's end of the socket pair; the broker enrolled the other end
 	plainRC syscall.RawConn
+	// down's read of plain: the callback, made once, and its results (down's goroutine only).
+	plainFn  func(fd uintptr) bool
+	plainBuf *[]byte
+	plainN   int
+	plainErr error
 
 	brokerGone atomic.Bool // the broker closed its end (BrokerClosed, or EOF on plain)
 }
@@ -74,19 +79,16 @@ func (s *Session) pump() string {
 
 // up copies the client's plaintext to the broker until the client's side ends. It takes a
 // buffer only once input arrived, and decrypts every whole record that arrived with it before
-// it writes to the broker. Once the broker has closed its end it keeps reading and
+// it writes to the broker (reads with raw.noBlock end with errWouldBlock when crypto/tls
+// needs bytes that have not arrived). Once the broker has closed its end it keeps reading and
 // discarding, so that the connection is not reset with input unread (which would drop the
 // broker's last answers), until the client closes or the linger time runs out.
 func (s *Session) up() string {
 	for {
-		if !s.raw.buffered() {
-			if err := s.raw.fill(); err != nil {
-				return s.readEnded(err)
-			}
-		}
 		buf := getBuf(upBufferSize)
-		n, err := s.tc.Read(*buf)
-		for err == nil && len(*buf)-n >= maxRecordPlain && s.raw.buffered() {
+		n := 0
+		var err error
+		for err == nil && len(*buf)-n >= maxRecordPlain {
 			s.raw.noBlock = true
 			var m int
 			m, err = s.tc.Read((*buf)[n:])
@@ -96,6 +98,14 @@ func (s *Session) up() string {
 				err = nil
 				break
 			}
+		}
+		if n == 0 && err == nil {
+			// Nothing decrypted, nothing buffered: wait for the socket holding no buffer.
+			putBuf(buf)
+			if err := s.raw.fill(); err != nil {
+				return s.readEnded(err)
+			}
+			continue
 		}
 		s.raw.pause()
 		if n > 0 && !s.brokerGone.Load() {
@@ -161,26 +171,12 @@ func (s *Session) down() string {
 // there is some. It returns n > 0 with a buffer to put back, or an error (io.EOF: the broker
 // closed its end).
 func (s *Session) readPlain() (*[]byte, int, error) {
-	var buf *[]byte
-	var n int
-	var rerr error
-	err := s.plainRC.Read(func(fd uintptr) bool {
-		if buf == nil {
-			buf = getBuf(downBufferSize)
-		}
-		for {
-			n, rerr = unix.Read(int(fd), *buf)
-			if rerr != unix.EINTR {
-				break
-			}
-		}
-		if rerr == unix.EAGAIN {
-			putBuf(buf)
-			buf = nil
-			return false
-		}
-		return true
-	})
+	if s.plainFn == nil {
+		s.plainFn = s.readPlainSocket
+	}
+	err := s.plainRC.Read(s.plainFn)
+	buf, n, rerr := s.plainBuf, s.plainN, s.plainErr
+	s.plainBuf, s.plainErr = nil, nil
 	if err == nil && rerr == nil && n > 0 {
 		return buf, n, nil
 	}
@@ -194,6 +190,25 @@ func (s *Session) readPlain() (*[]byte, int, error) {
 		return nil, 0, rerr
 	}
 	return nil, 0, io.EOF
+}
+
+// readPlainSocket is readPlain's syscall.RawConn.Read callback.
+func (s *Session) readPlainSocket(fd uintptr) bool {
+	if s.plainBuf == nil {
+		s.plainBuf = getBuf(downBufferSize)
+	}
+	for {
+		s.plainN, s.plainErr = unix.Read(int(fd), *s.plainBuf)
+		if s.plainErr != unix.EINTR {
+			break
+		}
+	}
+	if s.plainErr == unix.EAGAIN {
+		putBuf(s.plainBuf)
+		s.plainBuf = nil
+		return false
+	}
+	return true
 }
 
 // socketPair returns two connected stream sockets: the broker enrolls the first in its event

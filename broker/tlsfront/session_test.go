@@ -123,6 +123,55 @@ func TestSessionCarriesBytesExactly(t *testing.T) {
 	}
 }
 
+// holdConn passes its first write (the ClientHello) and holds back every later one until
+// release: the client's Finished and its first request then reach the broker in one segment.
+type holdConn struct {
+	net.Conn
+	writes int
+	held   []byte
+}
+
+func (h *holdConn) Write(p []byte) (int, error) {
+	if h.writes++; h.writes == 1 {
+		return h.Conn.Write(p)
+	}
+	h.held = append(h.held, p...)
+	return len(p), nil
+}
+
+func (h *holdConn) release() error {
+	_, err := h.Conn.Write(h.held)
+	return err
+}
+
+// TestSessionRequestWithFinished: a request that arrives together with the client's Finished,
+// which crypto/tls reads with the handshake, is passed on at once: the session must not wait
+// for more input first.
+func TestSessionRequestWithFinished(t *testing.T) {
+	e := startFront(t, nil)
+	nc, err := net.Dial("tcp", e.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &holdConn{Conn: nc}
+	c := tls.Client(h, &tls.Config{RootCAs: e.pool, ServerName: "localhost"})
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.release(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "hello" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+}
+
 // TestSessionLingersAfterBrokerClose: what the broker writes before it closes reaches the
 // client, which then sees EOF; and the session ends even if the client never closes.
 func TestSessionLingersAfterBrokerClose(t *testing.T) {
