@@ -152,8 +152,14 @@ func (s *Server) enrollTLS(sess *tlsfront.Session, plain net.Conn) error {
 	if err != nil {
 		return err
 	}
-	res := <-ch
-	return res.Err
+	select {
+	case res := <-ch:
+		return res.Err
+	case <-s.done:
+		// The loops stopped (shutdown) before this connection was opened on one: gnet's
+		// registration may never answer.
+		return fmt.Errorf("the event loops stopped")
+	}
 }
 
 // releaseTLS is Hooks.Release: the session is over; its place under the caps goes unless its

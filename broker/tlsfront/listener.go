@@ -63,11 +63,10 @@ type Listener struct {
 
 	refusing chan struct{} // semaphore of refusalSlots
 
-	mu       sync.Mutex
-	closed   bool
-	live     map[*Session]struct{}
-	wg       sync.WaitGroup // the accept loop and every connection's goroutines
-	acceptWG sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	live   map[*Session]struct{}
+	wg     sync.WaitGroup // the accept loop and every connection's goroutine; Add under mu, never once closed
 }
 
 // Listen binds cfg.Addr. Serve accepts on it.
@@ -76,22 +75,24 @@ func Listen(cfg Config, store *Store, hooks Hooks) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Listener{
+	l := &Listener{
 		cfg: cfg, store: store, hooks: hooks, ln: ln,
 		tlsConf:  store.ServerConfig(),
 		refusing: make(chan struct{}, refusalSlots),
 		live:     map[*Session]struct{}{},
 		logs:     logLimiter{burst: 20, every: time.Second},
-	}, nil
+	}
+	l.wg.Add(1) // Serve's
+	return l, nil
 }
 
 // Addr is the address the listener got.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
-// Serve accepts connections until Close, each in a goroutine of its own. Call it once.
+// Serve accepts connections until Close, each in a goroutine of its own. Call it once, after
+// Listen: Close waits for it to return.
 func (l *Listener) Serve() {
-	l.acceptWG.Add(1)
-	defer l.acceptWG.Done()
+	defer l.wg.Done()
 	var delay time.Duration
 	for {
 		nc, err := l.ln.Accept()
@@ -121,7 +122,11 @@ func (l *Listener) accepted(nc net.Conn) {
 	if refusal != nil {
 		select {
 		case l.refusing <- struct{}{}:
-			l.wg.Add(1)
+			if !l.track() {
+				<-l.refusing
+				nc.Close()
+				return
+			}
 			go func() {
 				defer l.wg.Done()
 				defer func() { <-l.refusing }()
@@ -151,6 +156,17 @@ func (l *Listener) accepted(nc net.Conn) {
 	l.wg.Add(1)
 	l.mu.Unlock()
 	go l.serve(s)
+}
+
+// track counts one more goroutine in wg unless the listener is closed.
+func (l *Listener) track() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	return true
 }
 
 // serve runs one session from handshake to close.
@@ -292,7 +308,6 @@ func (l *Listener) Close(grace time.Duration) {
 	l.closed = true
 	l.mu.Unlock()
 	_ = l.ln.Close()
-	l.acceptWG.Wait()
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
 	t := time.NewTimer(grace)
