@@ -22,6 +22,9 @@ const (
 	upBufferSize   = 64 << 10
 	downBufferSize = 128 << 10
 	maxRecordPlain = 16 << 10 // the most plaintext one TLS record carries (RFC 8446 5.1)
+	// downRead is how much down reads at once: its records, with their headers and tags,
+	// then fit a coalescing buffer of downBufferSize too.
+	downRead = downBufferSize - 4<<10
 )
 
 // pairBuffer is the socket buffer size of each end of a session's socket pair, as the TCP
@@ -198,7 +201,7 @@ func (s *Session) readPlainSocket(fd uintptr) bool {
 		s.plainBuf = getBuf(downBufferSize)
 	}
 	for {
-		s.plainN, s.plainErr = unix.Read(int(fd), *s.plainBuf)
+		s.plainN, s.plainErr = unix.Read(int(fd), (*s.plainBuf)[:downRead])
 		if s.plainErr != unix.EINTR {
 			break
 		}

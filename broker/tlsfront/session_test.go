@@ -199,26 +199,49 @@ func TestSessionLingersAfterBrokerClose(t *testing.T) {
 	}
 }
 
-// BenchmarkTLSUpload measures a client uploading 64 KiB writes over TLS: straight into a
-// server tls.Conn (direct), and through a Session into the socket pair a broker reads (session).
-// The difference is what the bridge costs per byte beyond TLS itself.
-func BenchmarkTLSUpload(b *testing.B) {
-	b.Run("direct", func(b *testing.B) { benchUpload(b, false) })
-	b.Run("session", func(b *testing.B) { benchUpload(b, true) })
+// BenchmarkTLS measures a client uploading (a producer) and downloading (a consumer) 64 KiB
+// writes over TLS: straight from or into a server tls.Conn (direct), and through a Session and
+// the socket pair a broker reads and writes (session). The difference is what the bridge costs
+// beyond TLS itself.
+func BenchmarkTLS(b *testing.B) {
+	for _, dir := range []string{"upload", "download"} {
+		for _, via := range []string{"direct", "session"} {
+			b.Run(dir+"/"+via, func(b *testing.B) { benchTLS(b, dir == "upload", via == "session") })
+		}
+	}
 }
 
-func benchUpload(b *testing.B, viaSession bool) {
+func benchTLS(b *testing.B, upload, viaSession bool) {
 	chunk := make([]byte, 64<<10)
+	// The server side: drain what the client uploads, or send downloads until the client
+	// closes.
+	serve := func(c net.Conn) {
+		if upload {
+			_, _ = io.Copy(io.Discard, c)
+		} else {
+			for {
+				if _, err := c.Write(chunk); err != nil {
+					break
+				}
+			}
+		}
+		c.Close()
+	}
 	var addr string
 	var pool *x509.CertPool
-	sink := func(r io.Reader) { _, _ = io.Copy(io.Discard, r) }
 	if viaSession {
-		e := startFront(b, func(_ *Session, c net.Conn) { sink(c); c.Close() })
+		e := startFront(b, func(_ *Session, c net.Conn) { serve(c) })
 		addr, pool = e.l.Addr().String(), e.pool
 	} else {
 		dir := b.TempDir()
-		ca, _ := certgen.NewCA("bench CA", time.Hour)
-		cert, key, _ := ca.WriteFiles(dir, "server", certgen.ServerLeaf(time.Hour))
+		ca, err := certgen.NewCA("bench CA", time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cert, key, err := ca.WriteFiles(dir, "server", certgen.ServerLeaf(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
 		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
 			b.Fatal(err)
@@ -234,7 +257,7 @@ func benchUpload(b *testing.B, viaSession bool) {
 				if err != nil {
 					return
 				}
-				go func() { sink(c); c.Close() }()
+				go serve(c)
 			}
 		}()
 		addr, pool = ln.Addr().String(), x509.NewCertPool()
@@ -249,7 +272,13 @@ func benchUpload(b *testing.B, viaSession bool) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.Write(chunk); err != nil {
+		var err error
+		if upload {
+			_, err = c.Write(chunk)
+		} else {
+			_, err = io.ReadFull(c, chunk)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
