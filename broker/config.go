@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -118,12 +119,51 @@ type Config struct {
 	// offsets and lag /metrics shows: group names are chosen by clients, and each pair is
 	// two series per partition. Commits of groups past it are counted, not shown.
 	MetricsMaxGroups int
+	// TLS configures the TLS client listener, off unless TLS.Addr is set (see TLSConfig).
+	TLS TLSConfig
 
 	// LoginThrottle limits failed logins (see auth.ThrottleConfig); zero fields take
 	// auth.DefaultThrottleConfig's values.
 	LoginThrottle auth.ThrottleConfig
 
 	Logger zerolog.Logger
+}
+
+// TLSConfig configures the TLS client listener: a second port beside Addr that speaks the
+// same protocol inside TLS (PROTOCOL.md section 4, docs/DESIGN.md "TLS"). The certificate, key
+// and client CA are read at New and again on Server.ReloadTLS.
+type TLSConfig struct {
+	Addr     string // host:port of the TLS listener; "" = no TLS listener
+	CertFile string // PEM server certificate (chain); required with Addr
+	KeyFile  string // PEM private key of CertFile; required with Addr
+	// ClientCAFile holds PEM CA certificates that verify client certificates. A verified
+	// certificate authenticates its connection as the user it names (tlsfront.UserOf): no AUTH
+	// is needed. "" asks clients for no certificate.
+	ClientCAFile string
+	// ClientCertOptional lets clients without a certificate connect when ClientCAFile is set
+	// (they log in with AUTH); by default a certificate is required.
+	ClientCertOptional bool
+	// MinVersion is tls.VersionTLS13 (the default when 0) or tls.VersionTLS12.
+	MinVersion uint16
+	// HandshakeTimeout bounds a TLS handshake from the TCP accept to its end.
+	HandshakeTimeout time.Duration
+}
+
+// validate reports the first inconsistent TLS setting.
+func (t *TLSConfig) validate() error {
+	switch {
+	case t.Addr == "" && (t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != ""):
+		return fmt.Errorf("TLS certificate, key or client CA given without a TLS listen address")
+	case t.Addr == "":
+		return nil
+	case t.CertFile == "" || t.KeyFile == "":
+		return fmt.Errorf("the TLS listener %s needs a certificate and a key file", t.Addr)
+	case t.MinVersion != 0 && t.MinVersion != tls.VersionTLS12 && t.MinVersion != tls.VersionTLS13:
+		return fmt.Errorf("TLS minimum version %#04x: want TLS 1.2 or 1.3", t.MinVersion)
+	case t.HandshakeTimeout <= 0:
+		return fmt.Errorf("TLS handshake timeout must be positive")
+	}
+	return nil
 }
 
 // PoolSize sizes one worker pool (see package workpool).
@@ -164,6 +204,7 @@ func DefaultConfig() Config {
 		MaxConnections:              10000,
 		MaxConnectionsPerAddr:       1000,
 		MetricsMaxGroups:            1000,
+		TLS:                         TLSConfig{HandshakeTimeout: 10 * time.Second},
 		Logger:                      zerolog.Nop(),
 	}
 }
@@ -215,7 +256,10 @@ func (c *Config) Validate() error {
 	case c.MetricsMaxGroups < 0:
 		return fmt.Errorf("metrics max groups must not be negative (0: show no group)")
 	}
-	return c.Groups.Validate()
+	if err := c.Groups.Validate(); err != nil {
+		return err
+	}
+	return c.TLS.validate()
 }
 
 // maxProducerExpiry keeps the expiry within INIT_PRODUCER's u32 of milliseconds.

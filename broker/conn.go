@@ -59,8 +59,9 @@ type conn struct {
 	srv    *Server
 	gc     gnet.Conn
 	log    zerolog.Logger
-	remote string // IP without port, for login throttling
-	addr   string // host:port, shown by DESCRIBE_GROUP
+	remote string   // IP without port, for login throttling
+	addr   string   // host:port, shown by DESCRIBE_GROUP
+	tls    *tlsPeer // the TLS session this connection is the plaintext of; nil on the plaintext port
 
 	helloDone bool
 	principal *principal // who the connection is; what it may do: authorize (authz.go)
@@ -157,16 +158,26 @@ func (c *conn) queueAck(a pendingAck) {
 }
 
 func newConn(s *Server, gc gnet.Conn) *conn {
+	addr := gc.RemoteAddr()
+	peer, _ := gc.Context().(*tlsPeer) // set by enrollTLS for a TLS session's socket
+	if peer != nil {
+		addr = peer.remote
+	}
 	remote := ""
-	if a, ok := gc.RemoteAddr().(*net.TCPAddr); ok {
+	if a, ok := addr.(*net.TCPAddr); ok {
 		remote = a.IP.String()
+	}
+	lc := s.log.With().Str("remote", addr.String())
+	if peer != nil {
+		lc = lc.Str("listener", "tls")
 	}
 	return &conn{
 		srv:          s,
 		gc:           gc,
 		remote:       remote,
-		addr:         gc.RemoteAddr().String(),
-		log:          s.log.With().Str("remote", gc.RemoteAddr().String()).Logger(),
+		addr:         addr.String(),
+		tls:          peer,
+		log:          lc.Logger(),
 		authDeadline: time.Now().Add(s.cfg.Limits.AuthTimeout),
 		life:         connOpen,
 		iov:          make([][]byte, 0, 2),

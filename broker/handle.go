@@ -25,7 +25,9 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		}
 		return
 	case wire.OpAuth:
-		c.handleAuth(h.Corr, body)
+		if !c.handleCertAuth(h.Corr, body) {
+			c.handleAuth(h.Corr, body)
+		}
 		return
 	}
 	// Who may do what is opNeeds (authz.go); the topic requests apply it in lookupTopic.

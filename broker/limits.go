@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/lightq/lightq/wire"
@@ -16,28 +17,47 @@ import (
 // connections whose published deadline (conn.timeoutAt) has passed; and the rate-limited log
 // line of refused connections.
 
-// admit registers a new connection unless a connection cap is reached, in which case it
-// returns the refusal to send. Caller holds connsMu.
+// admit registers a new plaintext connection unless a connection cap is reached, in which
+// case it returns the refusal to send. Caller holds connsMu.
 func (s *Server) admit(c *conn) (refusal string) {
-	switch {
-	case len(s.conns) >= s.cfg.MaxConnections:
-		return fmt.Sprintf("the broker's connection limit (%d open) is reached; retry later", len(s.conns))
-	case s.perAddr[c.remote] >= s.cfg.MaxConnectionsPerAddr:
-		return fmt.Sprintf("the connection limit per client address (%d open from %s) is reached; close one first", s.perAddr[c.remote], c.remote)
+	if refusal := s.refusal(c.remote, 1); refusal != "" {
+		return refusal
 	}
 	s.conns[c] = struct{}{}
 	s.perAddr[c.remote]++
 	return ""
 }
 
-// forget unregisters a connection admit registered; others are ignored. Caller holds connsMu.
+// refusal says why one more connection from ip, using fds descriptors, is refused, or "".
+// TLS sessions count from their admission, before their handshake (tlsconn.go), and use
+// tlsDescriptors each. Caller holds connsMu.
+func (s *Server) refusal(ip string, fds int) string {
+	open := len(s.conns) + s.tlsPending
+	switch {
+	case open >= s.cfg.MaxConnections:
+		return fmt.Sprintf("the broker's connection limit (%d open) is reached; retry later", open)
+	case s.perAddr[ip] >= s.cfg.MaxConnectionsPerAddr:
+		return fmt.Sprintf("the connection limit per client address (%d open from %s) is reached; close one first", s.perAddr[ip], ip)
+	case s.fdRoom > 0 && open+(tlsDescriptors-1)*s.tlsSessions+fds > s.fdRoom:
+		return fmt.Sprintf("the broker's descriptor budget (%d, three quarters of the open-file limit; a TLS connection takes %d) is used up; retry later", s.fdRoom, tlsDescriptors)
+	}
+	return ""
+}
+
+// forget unregisters a plaintext connection admit registered; others are ignored. Caller
+// holds connsMu.
 func (s *Server) forget(c *conn) {
 	if _, ok := s.conns[c]; !ok {
 		return
 	}
 	delete(s.conns, c)
-	if s.perAddr[c.remote]--; s.perAddr[c.remote] <= 0 {
-		delete(s.perAddr, c.remote)
+	s.dropAddr(c.remote)
+}
+
+// dropAddr counts one connection less from ip. Caller holds connsMu.
+func (s *Server) dropAddr(ip string) {
+	if s.perAddr[ip]--; s.perAddr[ip] <= 0 {
+		delete(s.perAddr, ip)
 	}
 }
 
@@ -45,8 +65,9 @@ func (s *Server) forget(c *conn) {
 // connection flood cannot flood the log; the line counts those not logged since the last.
 const refusalLogInterval = time.Second
 
-// logRefusal logs a refused connection, rate-limited. Safe from any goroutine; lock-free.
-func (s *Server) logRefusal(c *conn, refusal string) {
+// logRefusal logs a refused connection on log (the connection's), rate-limited, and counts it
+// for metrics. Safe from any goroutine; lock-free.
+func (s *Server) logRefusal(log zerolog.Logger, refusal string) {
 	s.metrics.connectionRefused()
 	now := time.Now().UnixNano()
 	next := s.refusalLogNext.Load()
@@ -54,7 +75,7 @@ func (s *Server) logRefusal(c *conn, refusal string) {
 		s.refusalsUnlogged.Add(1)
 		return
 	}
-	c.log.Warn().Str("reason", refusal).Int64("refused_unlogged", s.refusalsUnlogged.Swap(0)).
+	log.Warn().Str("reason", refusal).Int64("refused_unlogged", s.refusalsUnlogged.Swap(0)).
 		Int("max_connections", s.cfg.MaxConnections).Int("max_connections_per_addr", s.cfg.MaxConnectionsPerAddr).
 		Msg("connection refused: TOO_MANY_CONNECTIONS")
 }
@@ -63,8 +84,9 @@ func (s *Server) logRefusal(c *conn, refusal string) {
 // leaves room for (connectionsWithin). This matters more than it seems: when accept(2) fails
 // with EMFILE, gnet (v2.9.7, acceptor_unix.go) stops its engine, so a broker that ran out
 // of descriptors would stop serving altogether instead of refusing one connection. (Go raises
-// the soft limit to the hard one at start on Linux; this reads the result.) Called by Start
-// before the loops run, so the loops see the final value.
+// the soft limit to the hard one at start on Linux; this reads the result.) It also sets the
+// descriptor budget, fdRoom, against which TLS connections (three descriptors each) are
+// admitted. Called by Start before the loops run, so the loops see the final values.
 func (s *Server) fitConnectionsToFDLimit() {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
@@ -75,6 +97,7 @@ func (s *Server) fitConnectionsToFDLimit() {
 			Msg("max-connections lowered to three quarters of the open-file limit, leaving the rest for files: running out of descriptors would stop the broker; raise the limit (ulimit -n) to allow more")
 		s.cfg.MaxConnections = n
 	}
+	s.fdRoom = int(min(lim.Cur/4*3, 1<<30))
 }
 
 // connectionsWithin is the connection cap an open-file limit leaves room for: want, but at

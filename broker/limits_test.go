@@ -193,15 +193,15 @@ func TestConnectionCaps(t *testing.T) {
 func TestRefusalLogIsRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	s := &Server{cfg: DefaultConfig()}
-	c := &conn{srv: s, log: zerolog.New(&buf)}
+	log := zerolog.New(&buf)
 	for i := 0; i < 100; i++ {
-		s.logRefusal(c, "the broker's connection limit (10000 open) is reached")
+		s.logRefusal(log, "the broker's connection limit (10000 open) is reached")
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 1 {
 		t.Fatalf("100 refusals logged %d lines, want 1:\n%s", n, buf.String())
 	}
 	s.refusalLogNext.Store(time.Now().UnixNano()) // as if the interval had passed
-	s.logRefusal(c, "the broker's connection limit (10000 open) is reached")
+	s.logRefusal(log, "the broker's connection limit (10000 open) is reached")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[1], `"refused_unlogged":99`) || !strings.Contains(lines[1], "limit (10000 open)") {
 		t.Fatalf("the next line after the interval: %q, want 99 refusals counted and the reason", lines[len(lines)-1])

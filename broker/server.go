@@ -20,6 +20,7 @@ import (
 	"github.com/lightq/lightq/broker/group"
 	"github.com/lightq/lightq/broker/meta"
 	"github.com/lightq/lightq/broker/opshttp"
+	"github.com/lightq/lightq/broker/tlsfront"
 	"github.com/lightq/lightq/broker/workpool"
 	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/wire"
@@ -89,6 +90,20 @@ type Server struct {
 	lastTimeoutScan time.Time     // ticker goroutine only
 	lastSweep       time.Time     // ticker goroutine only: when expired producer states were dropped
 
+	// TLS listener (tlsconn.go); nil without one. The counts are under connsMu: tlsSessions
+	// are the live TLS sessions, from admission before their handshake to the end of their
+	// goroutines; tlsPending are those of them not registered in conns (before OnOpen, after
+	// OnClose), which the connection caps count besides conns. fdRoom: descriptors
+	// connections may use (limits.go), 0 = unknown.
+	tlsStore    *tlsfront.Store
+	tlsLn       *tlsfront.Listener
+	loopsUp     chan struct{} // closed by the first OnTick (TLS only): Engine.Register is safe
+	loopsUpOnce sync.Once
+	tlsAddr     atomic.Pointer[string]
+	tlsSessions int
+	tlsPending  int
+	fdRoom      int
+
 	refusalLogNext   atomic.Int64 // unix ns before which refused connections are not logged
 	refusalsUnlogged atomic.Int64 // refused connections not logged since the last line
 }
@@ -136,6 +151,7 @@ func newServer(cfg Config, ops *opshttp.Server, reg *prometheus.Registry) (*Serv
 		preauth:   map[*conn]time.Time{},
 		transfers: map[*conn]struct{}{},
 		ops:       ops,
+		loopsUp:   make(chan struct{}),
 	}
 	if reg != nil {
 		s.metrics = newBrokerMetrics(s, reg)
@@ -157,6 +173,9 @@ func newServer(cfg Config, ops *opshttp.Server, reg *prometheus.Registry) (*Serv
 		return nil, err
 	}
 	if err := s.ensureAdmin(); err != nil {
+		return nil, err
+	}
+	if err := s.newTLS(); err != nil {
 		return nil, err
 	}
 	s.offsets = newOffsetStore(cfg.DataDir, cfg.MaxCommittedOffsetsPerTopic, cfg.MaxCommittedOffsets, func(format string, args ...any) {
@@ -213,6 +232,12 @@ func (s *Server) Start() error {
 	if s.cfg.EventLoops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(s.cfg.EventLoops))
 	}
+	if s.tlsStore != nil {
+		// TLS sessions are enrolled with Engine.Register from their own goroutines, which
+		// would race with the acceptor over round robin's counter (gnet.go says so). The
+		// ticker is only there to say when Register is safe to call (OnTick).
+		opts = append(opts, gnet.WithLoadBalancing(gnet.LeastConnections), gnet.WithTicker(true))
+	}
 	go func() {
 		s.runErr = gnet.Run(s, "tcp://"+s.cfg.Addr, opts...)
 		close(s.done)
@@ -230,12 +255,20 @@ func (s *Server) Start() error {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
 	}
 	addr, err := listenerAddr(s.eng)
+	if err == nil {
+		err = s.startTLS()
+	}
 	if err != nil {
+		_ = s.Shutdown(context.Background())
 		return err
 	}
 	s.addr.Store(&addr)
 	s.setReady() // before the log line, which tests and scripts wait for
-	s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version).Msg("lightq listening")
+	ev := s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version)
+	if a := s.TLSAddr(); a != "" {
+		ev = ev.Str("tls_addr", a).Str("tls_certificate", tlsfront.Describe(s.tlsStore.Leaf()))
+	}
+	ev.Msg("lightq listening")
 	return nil
 }
 
@@ -312,6 +345,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 			<-s.done
 		}
+		s.shutdownTLS()
 		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
@@ -357,14 +391,24 @@ func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(wire.CodeShuttingDown, "broker is shutting down")), gnet.Close
 	}
 	s.connsMu.Lock()
-	refusal := s.admit(c) // registers c in conns unless a connection cap is reached
+	var refusal string
+	if c.tls != nil {
+		s.openTLS(c) // admitted before its handshake
+	} else {
+		refusal = s.admit(c) // registers c in conns unless a connection cap is reached
+	}
 	if refusal == "" {
 		s.preauth[c] = c.authDeadline
 	}
 	s.connsMu.Unlock()
 	if refusal != "" {
-		s.logRefusal(c, refusal)
+		s.logRefusal(c.log, refusal)
 		return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(wire.CodeTooManyConnections, refusal)), gnet.Close
+	}
+	if c.tls != nil && c.tls.sess.User != "" {
+		if e := c.certLogin(); e != nil {
+			return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(e.Code, e.Message)), gnet.Close
+		}
 	}
 	c.log.Debug().Msg("connection opened")
 	return nil, gnet.None
@@ -378,8 +422,15 @@ func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
 		return gnet.None
 	}
 	c.onClose()
+	if c.tls != nil {
+		c.tls.sess.BrokerClosed() // its last output goes out, bounded by the linger time
+	}
 	s.connsMu.Lock()
-	s.forget(c) // from conns and its address's count
+	if c.tls != nil {
+		s.closeTLS(c)
+	} else {
+		s.forget(c) // from conns and its address's count
+	}
 	delete(s.stalled, c)
 	delete(s.preauth, c)
 	delete(s.transfers, c)

@@ -36,8 +36,15 @@ var (
 // Options configure a connection. The zero value connects without a client name and uses the
 // defaults listed on each field.
 type Options struct {
+	// User and Password log in with AUTH. Leave both empty on a TLS connection whose client
+	// certificate the broker verifies: the certificate names the user (TLSOptions).
 	User, Password string
 	ClientName     string
+
+	// TLS, when not nil, speaks TLS to the broker's TLS port (its tls-addr setting). Nil
+	// speaks plaintext, fit for loopback only: passwords and messages cross the network in
+	// clear.
+	TLS *TLSOptions
 
 	// DialTimeout bounds the TCP connect plus the HELLO and AUTH exchange when the Dial
 	// context has no earlier deadline. Default 5s.
@@ -140,6 +147,9 @@ const oneWaySlots = 1024
 // A refusal by the broker is returned as the *wire.Error it sent, for example
 // errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) for a wrong password.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	if opts.TLS != nil {
+		return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) { return dialTLS(ctx, addr, opts.TLS) })
+	}
 	return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, "tcp", addr)
@@ -219,7 +229,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 	hello := wire.Hello{ClientName: c.opts.ClientName, ClientVersion: "lightq-go/" + Version}
 	body, err := c.roundTrip(ctx, wire.OpHello, hello.AppendTo(nil))
 	if err != nil {
-		return handshakeErr("HELLO", err)
+		return handshakeErr("HELLO", explainTLSRefusal(err))
 	}
 	var hr wire.HelloResponse
 	if err := hr.Decode(body); err != nil {

@@ -24,6 +24,23 @@
 // OnAssign, OnRevoke); OffsetsOnly keeps the consumer's own partitions and only stores
 // their positions for the group.
 //
+// # TLS
+//
+// Options.TLS connects to the broker's TLS port (its tls-addr) instead of the plaintext one,
+// which is meant for loopback: anywhere else it carries passwords and messages in clear.
+//
+//	c, err := client.Dial(ctx, "broker.example.com:7451", client.Options{User: "app", Password: "secret",
+//		TLS: &client.TLSOptions{CAFile: "ca.crt"}})
+//
+// With a client certificate the broker verifies (its tls-client-ca), leave User and Password
+// empty: the certificate names the user (PROTOCOL.md 4.7).
+//
+//	c, err := client.Dial(ctx, addr, client.Options{TLS: &client.TLSOptions{CAFile: "ca.crt",
+//		CertFile: "app.crt", KeyFile: "app.key"}})
+//
+// A failed handshake's error says what usually causes it (an untrusted CA, a name the
+// certificate lacks, the plaintext port).
+//
 // # Concurrency
 //
 // Conn, Producer and the Close/accessor methods of Subscription are safe for concurrent use.

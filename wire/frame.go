@@ -220,7 +220,7 @@ func notProtocol(b []byte) error {
 func DescribePeer(b []byte) string {
 	switch {
 	case len(b) >= 3 && b[0] == 0x16 && b[1] == 0x03 && b[2] <= 0x04:
-		return "looks like a TLS ClientHello (LightQ speaks plain TCP; drop TLS or put a TLS proxy in front)"
+		return "looks like a TLS ClientHello: this is the broker's plaintext port; connect TLS clients to its TLS port (the broker's tls-addr setting)"
 	case hasAnyPrefix(b, "GET ", "POST", "PUT ", "HEAD", "DELE", "OPTI", "PATC", "CONN", "PRI "):
 		return "looks like an HTTP request (LightQ speaks its own binary protocol, see PROTOCOL.md)"
 	case len(b) >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 0 && b[3] != 0 && len(b) >= 8 && b[4] == 0:

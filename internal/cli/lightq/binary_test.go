@@ -30,6 +30,7 @@ func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 	t.Run("SIGTERM", func(t *testing.T) { testBinarySIGTERM(t, bin) })
 	t.Run("SlowSubscriberRSS", func(t *testing.T) { testBinarySlowSubscriberRSS(t, bin) })
+	t.Run("TLSReloadOnSIGHUP", func(t *testing.T) { testBinaryTLSReload(t, bin) })
 }
 
 func buildBinary(t *testing.T) string {

@@ -2,6 +2,7 @@ package lightq
 
 import (
 	"bufio"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"flag"
@@ -66,6 +67,14 @@ var confHelp = map[string]string{
 	// Operations.
 	"http-addr":          "serve /metrics, /healthz and /readyz on this address (empty: off; no authentication)",
 	"metrics-max-groups": "consumer groups (topic, group pairs) whose committed offsets and lag /metrics shows at most",
+	// TLS listener.
+	"tls-addr":              "TLS listen address (host:port); empty: no TLS listener",
+	"tls-cert":              "PEM server certificate (chain) of the TLS listener; reloaded on SIGHUP",
+	"tls-key":               "PEM private key of tls-cert; reloaded on SIGHUP",
+	"tls-client-ca":         "PEM CA certificates that verify client certificates; a verified certificate names its user (no password needed)",
+	"tls-client-auth":       "with tls-client-ca: require (a client certificate) or optional (clients without one log in with a password)",
+	"tls-min-version":       "lowest TLS version accepted: 1.3 or 1.2",
+	"tls-handshake-timeout": "close a TLS connection whose handshake has not completed after this long",
 
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback; the same as http-addr: served there)",
@@ -196,7 +205,27 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	} else {
 		cfg.FetchCopy = v
 	}
-	for _, key := range []string{"pprof-addr", "http-addr"} {
+	cfg.TLS.Addr = set["tls-addr"]
+	cfg.TLS.CertFile = set["tls-cert"]
+	cfg.TLS.KeyFile = set["tls-key"]
+	cfg.TLS.ClientCAFile = set["tls-client-ca"]
+	switch set["tls-client-auth"] {
+	case "require":
+	case "optional":
+		cfg.TLS.ClientCertOptional = true
+	default:
+		errs = append(errs, fmt.Errorf("tls-client-auth: %q is not require or optional", set["tls-client-auth"]))
+	}
+	switch set["tls-min-version"] {
+	case "1.3":
+		cfg.TLS.MinVersion = tls.VersionTLS13
+	case "1.2":
+		cfg.TLS.MinVersion = tls.VersionTLS12
+	default:
+		errs = append(errs, fmt.Errorf("tls-min-version: %q is not 1.3 or 1.2", set["tls-min-version"]))
+	}
+	cfg.TLS.HandshakeTimeout = dur("tls-handshake-timeout")
+	for _, key := range []string{"pprof-addr", "http-addr", "tls-addr"} {
 		if addr := set[key]; addr != "" {
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %q is not host:port", key, addr))

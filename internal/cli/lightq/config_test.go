@@ -89,6 +89,9 @@ var settingSamples = map[string]string{
 	"max-members-per-group": "64", "max-groups": "500", "max-group-members": "2000",
 	"pprof-addr": "127.0.0.1:6061", "fetch-copy": "true",
 	"http-addr": "127.0.0.1:9470", "metrics-max-groups": "50",
+	"tls-addr": "0.0.0.0:7451", "tls-cert": "/etc/lightq/server.crt", "tls-key": "/etc/lightq/server.key",
+	"tls-client-ca": "/etc/lightq/clients.crt", "tls-client-auth": "optional", "tls-min-version": "1.2",
+	"tls-handshake-timeout": "3s",
 }
 
 // TestOperationsSettings: http-addr and metrics-max-groups reach the broker's Config; the

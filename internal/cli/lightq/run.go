@@ -8,9 +8,12 @@ import (
 	"io"
 	"net/http"
 	_ "net/http/pprof"
+	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lightq/lightq/broker"
@@ -143,18 +146,31 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- srv.Wait() }()
-	select {
-	case <-ctx.Done():
-		cfg.Logger.Info().Msg("signal received")
-		shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownDrain+10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutCtx); err != nil {
-			cfg.Logger.Error().Err(err).Msg("shutdown")
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if settings["tls-addr"] == "" {
+				cfg.Logger.Info().Msg("SIGHUP: nothing to reload (no TLS listener)")
+				continue
+			}
+			cfg.Logger.Info().Msg("SIGHUP: reloading the TLS certificate, key and client CA")
+			_ = srv.ReloadTLS() // logs the outcome; a failure keeps the current files
+			continue
+		case <-ctx.Done():
+			cfg.Logger.Info().Msg("signal received")
+			shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownDrain+10*time.Second)
+			defer cancel()
+			if err := srv.Shutdown(shutCtx); err != nil {
+				cfg.Logger.Error().Err(err).Msg("shutdown")
+				return 1
+			}
+			return 0
+		case err := <-waitErr:
+			cfg.Logger.Error().Err(err).Msg("event loops stopped")
 			return 1
 		}
-		return 0
-	case err := <-waitErr:
-		cfg.Logger.Error().Err(err).Msg("event loops stopped")
-		return 1
 	}
 }

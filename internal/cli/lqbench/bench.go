@@ -41,6 +41,8 @@ type Config struct {
 	Password      string
 	AdminUser     string // when set, the topic is created (an existing one is reused)
 	AdminPassword string
+	// TLS, when not nil, connects to the broker's TLS port (Broker is then its tls-addr).
+	TLS *client.TLSOptions
 
 	Topic        string
 	Kind         wire.Kind
@@ -152,7 +154,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // ensureTopic creates the benchmark topic with the admin credentials; an existing topic is
 // fine.
 func ensureTopic(ctx context.Context, cfg *Config) error {
-	c, err := client.Dial(ctx, cfg.Broker, client.Options{User: cfg.AdminUser, Password: cfg.AdminPassword, ClientName: "lqbench"})
+	c, err := client.Dial(ctx, cfg.Broker, client.Options{User: cfg.AdminUser, Password: cfg.AdminPassword, ClientName: "lqbench", TLS: cfg.TLS})
 	if err != nil {
 		return fmt.Errorf("admin connection: %w", err)
 	}
@@ -165,5 +167,5 @@ func ensureTopic(ctx context.Context, cfg *Config) error {
 }
 
 func dial(ctx context.Context, cfg *Config, name string) (*client.Conn, error) {
-	return client.Dial(ctx, cfg.Broker, client.Options{User: cfg.User, Password: cfg.Password, ClientName: name})
+	return client.Dial(ctx, cfg.Broker, client.Options{User: cfg.User, Password: cfg.Password, ClientName: name, TLS: cfg.TLS})
 }

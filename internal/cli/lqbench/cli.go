@@ -40,11 +40,15 @@ topic is created first.
 nats bench's --msgs, --size, --pub and --sub work as -m, -s, --producers and --consumers;
 -n is the topic's partitions here, not a message count.
 
+TLS: --tls-ca FILE (or --tls alone, for the system's CAs) connects to the broker's TLS port
+(its tls-addr); --tls-cert/--tls-key add a client certificate.
+
 Examples:
   LIGHTQ_ADMIN_PASSWORD=$(cat data/admin-password) lqbench e2e -m 1000000 -s 100
   lqbench e2e -s 1024 --rate 50000 --json
   lqbench produce -t events -n 4 --acks none -z s2
   lqbench e2e --kind durable --fsync always -X segment.bytes=64MiB --size 1KiB
+  lqbench e2e -b broker.example.com:7451 --tls-ca ca.crt -s 1KiB
 
 Flags:
 `
@@ -130,6 +134,8 @@ type options struct {
 	topicOptions      []string // -X key=value
 	json, quiet       bool
 	cpuProfile        string
+	tls               client.TLSOptions
+	useTLS            bool
 }
 
 func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
@@ -172,6 +178,12 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.Password, "password", "", "topic password (default $LIGHTQ_PASSWORD or lqbench-password)")
 	fs.StringVar(&cfg.AdminUser, "admin-user", "", "admin user, to create the topic (default $LIGHTQ_ADMIN_USER, or admin when an admin password is set)")
 	fs.StringVar(&cfg.AdminPassword, "admin-password", "", "admin password (default $LIGHTQ_ADMIN_PASSWORD)")
+	fs.BoolVar(&o.useTLS, "tls", false, "connect with TLS (to the broker's tls-addr); implied by the other --tls-* flags")
+	fs.StringVar(&o.tls.CAFile, "tls-ca", "", "PEM CA certificates that verify the broker (default: the system roots)")
+	fs.StringVar(&o.tls.CertFile, "tls-cert", "", "PEM client certificate (with --tls-key); it may stand for --user/--password")
+	fs.StringVar(&o.tls.KeyFile, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&o.tls.ServerName, "tls-server-name", "", "name the broker's certificate must carry (default: the host of -b)")
+	fs.BoolVar(&o.tls.InsecureSkipVerify, "tls-insecure-skip-verify", false, "accept any broker certificate (tests only: the traffic is then open to anyone on the path)")
 	return fs
 }
 
@@ -183,6 +195,9 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 		if *v == "" {
 			*v = def
 		}
+	}
+	if t := o.tls; o.useTLS || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify {
+		cfg.TLS = &t
 	}
 	orEnv(&cfg.Broker, "LIGHTQ_BROKER", DefaultBroker)
 	cfg.Broker = brokeraddr.WithDefaultPort(cfg.Broker)

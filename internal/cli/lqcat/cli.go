@@ -39,6 +39,19 @@ Connection and credentials:
                           sasl.username, sasl.password, client.id, session.timeout.ms (a
                           group member's), socket.connection.setup.timeout.ms; topic create takes topic
                           options too. An unknown key is an error.
+  TLS (the broker's TLS port, its tls-addr), with kcat's -X names:
+    -X security.protocol=ssl          connect with TLS (plaintext: the default)
+    -X ssl.ca.location=FILE           CA certificates that verify the broker (PEM; default:
+                                      the system's)
+    -X ssl.certificate.location=FILE -X ssl.key.location=FILE
+                                      a client certificate; when the broker verifies it, it
+                                      stands for the user and password
+    -X ssl.endpoint.identification.name=NAME
+                                      the name the broker's certificate must carry (default:
+                                      the host of -b)
+    -X enable.ssl.certificate.verification=false
+                                      accept any broker certificate: tests only, the traffic
+                                      is then open to whoever sits in between
   --user U --password P   a user with roles on topics (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
   --admin-user U --admin-password P
                           an admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
@@ -161,6 +174,8 @@ type common struct {
 
 	// Credentials given on the command line (flags or -X), which win over the environment.
 	userGiven, adminGiven bool
+
+	tls tlsSettings // -X security.protocol, ssl.* (tls.go)
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -184,6 +199,9 @@ func (c *common) register(fs *flag.FlagSet) {
 func (c *common) resolve(getenv func(string) string) error {
 	rest, err := c.applyClientOptions()
 	if err != nil {
+		return err
+	}
+	if err := c.tls.check(); err != nil {
 		return err
 	}
 	if !c.creatingTopic {
@@ -399,7 +417,9 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 	if admin || pass == "" {
 		user, pass = c.adminUser, c.adminPassword
 	}
-	if pass == "" {
+	if pass == "" && c.tls.certAuth() {
+		user = "" // the client certificate names the user (the broker's tls-client-ca)
+	} else if pass == "" {
 		if admin {
 			return nil, usageErr("this needs the admin's credentials: --admin-password or $LIGHTQ_ADMIN_PASSWORD")
 		}
@@ -409,7 +429,7 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 	if name == "" {
 		name = "lqcat"
 	}
-	conn, err := client.Dial(ctx, c.broker, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout})
+	conn, err := client.Dial(ctx, c.broker, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout, TLS: c.tls.options()})
 	if err == nil {
 		return conn, nil
 	}

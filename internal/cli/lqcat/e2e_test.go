@@ -33,6 +33,7 @@ const (
 // env is a broker and the environment lqcat runs with.
 type env struct {
 	t    *testing.T
+	srv  *broker.Server
 	addr string
 	vars map[string]string
 }
@@ -46,7 +47,7 @@ func newEnv(t *testing.T, mutate func(*broker.Config)) *env {
 			mutate(cfg)
 		}
 	})
-	return &env{t: t, addr: srv.Addr(), vars: map[string]string{
+	return &env{t: t, srv: srv, addr: srv.Addr(), vars: map[string]string{
 		"LIGHTQ_BROKER": srv.Addr(), "LIGHTQ_USER": userName, "LIGHTQ_PASSWORD": userPass, "LIGHTQ_ADMIN_PASSWORD": adminPass,
 	}}
 }

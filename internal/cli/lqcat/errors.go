@@ -117,10 +117,11 @@ func hint(err error) string {
 	return ""
 }
 
-// dialCause shortens a dial error to its cause: "connect: connection refused".
+// dialCause shortens a dial error to its cause: "connect: connection refused". Other errors
+// (a TLS handshake's, which say what to do about them) stay whole.
 func dialCause(err error) string {
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Err != nil {
+	if errors.As(err, &oe) && oe.Op == "dial" && oe.Err != nil {
 		return oe.Err.Error()
 	}
 	return err.Error()

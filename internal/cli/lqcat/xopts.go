@@ -61,7 +61,7 @@ type clientOption struct {
 
 // clientOptions are kcat's (librdkafka's) -X client properties that have a LightQ meaning.
 // Each sets the same thing as its flag; a flag given as well must agree (see setOnce).
-// TLS properties (security.protocol, ssl.*) are not here yet: LightQ has no TLS listener.
+// The TLS properties (security.protocol, ssl.*) are added from tls.go.
 var clientOptions = map[string]clientOption{
 	"bootstrap.servers":    {"broker host:port (-b)", func(c *common, v string) error { return setOnce(&c.broker, v, "-b") }},
 	"metadata.broker.list": {"broker host:port (-b)", func(c *common, v string) error { return setOnce(&c.broker, v, "-b") }},

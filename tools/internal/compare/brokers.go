@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lightq/lightq/internal/certgen"
 )
 
 // Brokers: each measurement starts a fresh lightq or nats-server on a free port with its own
@@ -21,13 +23,23 @@ func (r *runner) tempDir(prefix string) string {
 // brokerRun is a running broker (LightQ or NATS) with a fresh data dir.
 type brokerRun struct {
 	srv  *server
-	addr string // LightQ host:port or NATS URL
+	addr string // LightQ host:port (plaintext) or NATS URL
 	mon  string // NATS monitoring URL
 	dir  string
+	// conn is how the benchmark clients connect: the address flag and, over TLS, the CA.
+	conn []string
 
 	metricsURL string        // lightq's /metrics with -lightq-metrics, else ""
 	scrapeEach time.Duration // how often measure scrapes it
 }
+
+// transport says whether a case's clients speak TLS to the broker.
+type transport int
+
+const (
+	plain transport = iota
+	overTLS
+)
 
 // stop stops the broker and removes its data directory, so that the next measurement
 // starts on a clean disk; the error says what could not be removed.
@@ -39,7 +51,22 @@ func (b *brokerRun) stop() error {
 	return nil
 }
 
-func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
+// makePKI makes the throwaway CA and the server certificate (ECDSA P-256, for 127.0.0.1 and
+// localhost, valid for a day) that both brokers serve in the TLS cases.
+func (r *runner) makePKI() error {
+	dir := r.tempDir("pki")
+	ca, err := certgen.NewCA("compare CA", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	if r.pki.ca, err = ca.WriteCA(dir, "ca"); err != nil {
+		return err
+	}
+	r.pki.cert, r.pki.key, err = ca.WriteFiles(dir, "server", certgen.ServerLeaf(24*time.Hour))
+	return err
+}
+
+func (r *runner) startLightQ(ctx context.Context, tr transport) (*brokerRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -56,11 +83,21 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 		}
 		args = append(args, "--http-addr", fmt.Sprintf("127.0.0.1:%d", httpPort))
 	}
+	conn := []string{"-b", addr}
+	tlsPort := 0
+	if tr == overTLS {
+		if tlsPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		tlsAddr := fmt.Sprintf("127.0.0.1:%d", tlsPort)
+		args = append(args, "--tls-addr", tlsAddr, "--tls-cert", r.pki.cert, "--tls-key", r.pki.key)
+		conn = []string{"-b", tlsAddr, "--tls-ca", r.pki.ca}
+	}
 	srv, err := startServer("lightq", []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword}, filepath.Join(r.bin, "lightq"), args...)
 	if err != nil {
 		return nil, err
 	}
-	b := &brokerRun{srv: srv, addr: addr, dir: dir}
+	b := &brokerRun{srv: srv, addr: addr, dir: dir, conn: conn}
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
 		_ = b.stop()
 		return nil, err
@@ -68,7 +105,13 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 	if httpPort != 0 {
 		b.metricsURL, b.scrapeEach = fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort), r.cfg.LightQMetrics
 		if err := waitPort(ctx, srv, httpPort, 15*time.Second); err != nil {
-			b.stop()
+			_ = b.stop()
+			return nil, err
+		}
+	}
+	if tlsPort != 0 {
+		if err := waitPort(ctx, srv, tlsPort, 15*time.Second); err != nil {
+			_ = b.stop()
 			return nil, err
 		}
 	}
@@ -77,7 +120,7 @@ func (r *runner) startLightQ(ctx context.Context) (*brokerRun, error) {
 
 // startNATS starts nats-server with JetStream in a fresh store, as peers.sh does.
 // syncInterval "" keeps the server default (2 min).
-func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun, error) {
+func (r *runner) startNATS(ctx context.Context, syncInterval string, tr transport) (*brokerRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -92,6 +135,12 @@ func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun
 		conf += fmt.Sprintf("  sync_interval: %q\n", syncInterval)
 	}
 	conf += "}\n"
+	scheme, conn := "nats", []string{}
+	if tr == overTLS {
+		// The certificate and key LightQ's TLS port serves.
+		conf += fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n}\n", r.pki.cert, r.pki.key)
+		scheme, conn = "tls", []string{"--tlsca", r.pki.ca}
+	}
 	confPath := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -100,7 +149,8 @@ func (r *runner) startNATS(ctx context.Context, syncInterval string) (*brokerRun
 	if err != nil {
 		return nil, err
 	}
-	b := &brokerRun{srv: srv, addr: fmt.Sprintf("nats://127.0.0.1:%d", port), mon: fmt.Sprintf("http://127.0.0.1:%d", mon), dir: dir}
+	url := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
+	b := &brokerRun{srv: srv, addr: url, mon: fmt.Sprintf("http://127.0.0.1:%d", mon), dir: dir, conn: append([]string{"-s", url}, conn...)}
 	if err := waitPort(ctx, srv, port, 15*time.Second); err != nil {
 		_ = b.stop()
 		return nil, err

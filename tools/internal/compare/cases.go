@@ -76,8 +76,8 @@ func (r *runner) cases() []caseDef {
 		}
 		return caseDef{id: fmt.Sprintf("transient-%d", size), family: family, size: size,
 			title: fmt.Sprintf("transient %d B (NATS core)", size), rows: rows,
-			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, size, msgs, 1) },
-			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, size, msgs, 1) }}
+			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, plain, size, msgs, 1) },
+			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, plain, size, msgs, 1) }}
 	}
 	if want("transient") {
 		out = append(out, transient(100, cfg.Msgs100, ratioAtLeast(3), "transient"), transient(1024, cfg.Msgs1K, ratioAtLeast(2), "transient"))
@@ -86,9 +86,9 @@ func (r *runner) cases() []caseDef {
 		out = append(out, caseDef{id: "transient-1024-acks-none", family: "transient", size: 1024,
 			title: "transient 1024 B, LightQ acks=none as NATS core (no publish acks)", rows: subRow(nil),
 			lightq: func(ctx context.Context) (sample, error) {
-				return r.lqTransient(ctx, 1024, cfg.Msgs1K, 1, "--acks", "none")
+				return r.lqTransient(ctx, plain, 1024, cfg.Msgs1K, 1, "--acks", "none")
 			},
-			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, 1024, cfg.Msgs1K, 1) }})
+			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, plain, 1024, cfg.Msgs1K, 1) }})
 	}
 	if want("fanout") {
 		k := cfg.FanoutSubs
@@ -97,9 +97,19 @@ func (r *runner) cases() []caseDef {
 			rows: []rowDef{{key: "sub", label: "msgs/s per subscriber", target: ratioAtLeast(3)}, {key: "pub", label: "msgs/s (publisher)"},
 				{key: "delivered_pct", label: "% delivered (rest dropped: subscriber behind the ring)", noRatio: true}},
 			lightq: func(ctx context.Context) (sample, error) {
-				return r.lqTransient(ctx, 100, cfg.FanoutMsgs, k)
+				return r.lqTransient(ctx, plain, 100, cfg.FanoutMsgs, k)
 			},
-			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, 100, cfg.FanoutMsgs, k) }})
+			nats: func(ctx context.Context) (sample, error) { return r.natsCore(ctx, plain, 100, cfg.FanoutMsgs, k) }})
+	}
+	if want("tls") {
+		// 1024 B over TLS, both brokers serving one certificate (r.pki): LightQ on its TLS
+		// port (tls-addr), NATS with a tls block; the clients verify it. The durable case is
+		// sustained like the plaintext ones.
+		out = append(out, caseDef{id: "tls-transient-1024", family: "tls", size: 1024,
+			title: "TLS, transient 1024 B (NATS core over TLS)", rows: subRow(ratioAtLeast(1.5)),
+			lightq: func(ctx context.Context) (sample, error) { return r.lqTransient(ctx, overTLS, 1024, cfg.Msgs1K, 1) },
+			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, overTLS, 1024, cfg.Msgs1K, 1) }})
+		out = append(out, r.tlsDurableCase())
 	}
 	out = append(out, r.sustainedCases()...) // durable and fsync: sustained.go
 	if want("latency") {

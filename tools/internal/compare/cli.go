@@ -3,7 +3,7 @@
 // for several rounds, and prints one table: per case LightQ's median, NATS's median, and the
 // ratio with its min and max over rounds.
 //
-//	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,fsync,latency,tcp,sizes]
+//	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,tls,fsync,latency,tcp,sizes]
 //	                       [-sustain-bytes 2GB] [-sustain-time 10s] [-work-dir DIR]
 //	                       [-doc docs/PERFORMANCE.md] [-svg docs/throughput-by-size.svg]
 //
@@ -49,7 +49,7 @@ import (
 // Config is what one comparison runs.
 type Config struct {
 	Rounds     int
-	Cases      []string // case families: transient fanout durable fsync latency tcp sizes
+	Cases      []string // case families: transient fanout durable tls fsync latency tcp sizes
 	Brokers    []string // lightq, nats
 	RunTimeout time.Duration
 	QuietIdle  float64
@@ -90,7 +90,7 @@ const (
 	natsCLIModule     = "github.com/nats-io/natscli/nats"
 )
 
-var allCases = []string{"transient", "fanout", "durable", "fsync", "latency", "tcp", "sizes"}
+var allCases = []string{"transient", "fanout", "durable", "tls", "fsync", "latency", "tcp", "sizes"}
 
 func defaultConfig() Config {
 	cache, err := os.UserCacheDir()

@@ -52,7 +52,8 @@ func parseLQ(c *client) (*lqResult, error) {
 }
 
 func (m *meas) lqbench(ctx context.Context, role string, args ...string) *client {
-	full := append([]string{args[0], "-b", m.b.addr, "--json", "-q"}, args[1:]...)
+	full := append(append([]string{args[0]}, m.b.conn...), "--json", "-q")
+	full = append(full, args[1:]...)
 	return m.client(ctx, role, filepath.Join(m.r.bin, "lqbench"), full...)
 }
 
@@ -85,8 +86,8 @@ func waitLQSubscribers(ctx context.Context, addr, topic string, n int, sub *clie
 
 // lqTransient: `lqbench consume` (subs subscribers in one process) and `lqbench produce` as
 // separate processes, the consumer subscribed first, as nats bench sub / pub.
-func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs ...string) (sample, error) {
-	b, err := r.startLightQ(ctx)
+func (r *runner) lqTransient(ctx context.Context, tr transport, size, msgs, subs int, pubArgs ...string) (sample, error) {
+	b, err := r.startLightQ(ctx, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -135,11 +136,11 @@ func (r *runner) lqTransient(ctx context.Context, size, msgs, subs int, pubArgs 
 // `lqbench produce` and consumed by `lqbench consume` from the beginning of the log, after
 // the producer is done (thenReadBack) or while it produces (atOnce: the consumer starts
 // first; whichever of the two comes first creates the topic, with the same options).
-func (r *runner) lqDurable(ctx context.Context, size int, fsync, acks string, sh shape) (sample, error) {
+func (r *runner) lqDurable(ctx context.Context, tr transport, size int, fsync, acks string, sh shape) (sample, error) {
 	if err := r.checkDisk(); err != nil {
 		return nil, err
 	}
-	b, err := r.startLightQ(ctx)
+	b, err := r.startLightQ(ctx, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func (r *runner) lqDurable(ctx context.Context, size int, fsync, acks string, sh
 
 // lqLatency: lqbench e2e at a fixed rate (open loop; latency from the intended send time).
 func (r *runner) lqLatency(ctx context.Context, kind wire.Kind) (sample, error) {
-	b, err := r.startLightQ(ctx)
+	b, err := r.startLightQ(ctx, plain)
 	if err != nil {
 		return nil, err
 	}

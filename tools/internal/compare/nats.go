@@ -26,7 +26,7 @@ func natsRate(out string) (float64, error) {
 }
 
 func (m *meas) nats(ctx context.Context, role string, args ...string) *client {
-	full := append([]string{"--no-context", "-s", m.b.addr}, args...)
+	full := append(append([]string{"--no-context"}, m.b.conn...), args...)
 	return m.client(ctx, role, m.r.natsCLIPath, full...)
 }
 
@@ -60,8 +60,8 @@ func waitNATSSubscribers(ctx context.Context, mon, subj string, n int, sub *clie
 }
 
 // natsCore: nats bench sub (subs clients in one process) and nats bench pub, as peers.sh.
-func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, error) {
-	b, err := r.startNATS(ctx, "")
+func (r *runner) natsCore(ctx context.Context, tr transport, size, msgs, subs int) (sample, error) {
+	b, err := r.startNATS(ctx, "", tr)
 	if err != nil {
 		return nil, err
 	}
@@ -108,11 +108,11 @@ func (r *runner) natsCore(ctx context.Context, size, msgs, subs int) (sample, er
 // consumer reads everything. atOnce: publishing for a tenth of that (which also creates the
 // stream with nats bench's own settings) gives the rate and is purged; then the ordered
 // consumer starts and a publisher sends enough messages for -sustain-time while it reads.
-func (r *runner) natsJS(ctx context.Context, size int, syncInterval string, sh shape) (sample, error) {
+func (r *runner) natsJS(ctx context.Context, tr transport, size int, syncInterval string, sh shape) (sample, error) {
 	if err := r.checkDisk(); err != nil {
 		return nil, err
 	}
-	b, err := r.startNATS(ctx, syncInterval)
+	b, err := r.startNATS(ctx, syncInterval, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func (r *runner) natsJS(ctx context.Context, size int, syncInterval string, sh s
 // natsLatency: `nats latency` with both connections on the one server, at the fixed rate.
 // It stamps the actual send time (not an intended schedule slot) and paces by sleeping.
 func (r *runner) natsLatency(ctx context.Context) (sample, error) {
-	b, err := r.startNATS(ctx, "")
+	b, err := r.startNATS(ctx, "", plain)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,8 @@ type runner struct {
 	seq  int
 
 	natsServerPath, natsCLIPath string // "" = NATS side skipped
+
+	pki struct{ ca, cert, key string } // the TLS cases' CA file and the certificate both brokers serve
 }
 
 const adminPassword = "compare-admin-password"
@@ -56,6 +58,11 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 	}
 	if contains(cfg.Brokers, "nats") {
 		if err := r.findPeers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if contains(cfg.Cases, "tls") {
+		if err := r.makePKI(); err != nil {
 			return nil, err
 		}
 	}

@@ -79,8 +79,8 @@ func (r *runner) sustainedCases() []caseDef {
 				{key: "mb", label: refLabel, ref: true},
 				{key: "pub_s", label: "seconds producing", noRatio: true}},
 			ref:    func(ctx context.Context) (sample, error) { return r.diskRef(ctx, ref) },
-			lightq: sustained("lightq", func(ctx context.Context) (sample, error) { return r.lqDurable(ctx, size, fsync, acks, sh) }),
-			nats:   sustained("nats", func(ctx context.Context) (sample, error) { return r.natsJS(ctx, size, natsSync, sh) })}
+			lightq: sustained("lightq", func(ctx context.Context) (sample, error) { return r.lqDurable(ctx, plain, size, fsync, acks, sh) }),
+			nats:   sustained("nats", func(ctx context.Context) (sample, error) { return r.natsJS(ctx, plain, size, natsSync, sh) })}
 	}
 	if contains(cfg.Cases, "durable") {
 		for _, size := range []int{100, 1024} {
@@ -252,3 +252,29 @@ func natsAtOnceCount(rate, minSecs float64) int {
 // natsMaxBytes is the JetStream stream's byte limit in the sustained cases: room for
 // twice -sustain-bytes, at least 1 GB (a limit, not an allocation).
 func (r *runner) natsMaxBytes() int64 { return max(2*r.cfg.SustainBytes, 1e9) }
+
+// tlsDurableCase is the durable 1024 B read-back over TLS: both brokers serve one certificate
+// (r.pki) and the clients verify it; sustained like the plaintext durable cases (LightQ moves
+// -sustain-bytes, NATS publishes for -sustain-time). What it measures is TLS on the read-back
+// path (sendfile is not possible through TLS in user space), so it has no disk reference row.
+func (r *runner) tlsDurableCase() caseDef {
+	cfg := r.cfg
+	short := func(side string, fn func(context.Context) (sample, error)) func(context.Context) (sample, error) {
+		return func(ctx context.Context) (sample, error) {
+			s, err := fn(ctx)
+			if err == nil && s.short(cfg) {
+				s["short"] = 1
+				r.logf("tls-durable-1024 %s: not sustained: %.3f GB in %.2f s, below both -sustain-bytes and -sustain-time", side, s["pub_gb"], s["pub_s"])
+			}
+			return s, err
+		}
+	}
+	return caseDef{id: "tls-durable-1024", family: "tls", size: 1024,
+		title: "TLS, durable 1024 B, acks=written, read back (JetStream file over TLS)",
+		rows: []rowDef{{key: "pub", label: "msgs/s produce"}, {key: "sub", label: "msgs/s read-back", target: ratioAtLeast(1.5)},
+			{key: "pub_s", label: "seconds producing", noRatio: true}},
+		lightq: short("lightq", func(ctx context.Context) (sample, error) {
+			return r.lqDurable(ctx, overTLS, 1024, "interval=2m", "written", thenReadBack)
+		}),
+		nats: short("nats", func(ctx context.Context) (sample, error) { return r.natsJS(ctx, overTLS, 1024, "", thenReadBack) })}
+}

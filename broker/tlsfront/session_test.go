@@ -1,0 +1,285 @@
+package tlsfront
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"math/rand"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lightq/lightq/internal/certgen"
+	"github.com/lightq/lightq/wire"
+)
+
+// echoFront is a Listener whose "broker" echoes every byte back, or hands the broker end to
+// a test's function.
+type echoFront struct {
+	l        *Listener
+	pool     *x509.CertPool
+	mu       sync.Mutex
+	admitted int
+	released int
+}
+
+func startFront(t testing.TB, serve func(s *Session, broker net.Conn)) *echoFront {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("front test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.WriteFiles(dir, "server", certgen.ServerLeaf(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := NewStore(Settings{Files: Files{Cert: cert, Key: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if serve == nil {
+		serve = func(_ *Session, b net.Conn) { _, _ = io.Copy(b, b); b.Close() }
+	}
+	e := &echoFront{pool: x509.NewCertPool()}
+	e.pool.AddCert(ca.Cert)
+	e.l, err = Listen(Config{Addr: "127.0.0.1:0", HandshakeTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, Linger: time.Second, Log: zerolog.Nop()}, store, Hooks{
+		Admit: func(net.Addr) (any, *wire.Error) {
+			e.mu.Lock()
+			e.admitted++
+			e.mu.Unlock()
+			return nil, nil
+		},
+		Enroll: func(s *Session, broker net.Conn) error {
+			// The Listener closes its copy once Enroll returns, as gnet keeps a dup.
+			f, err := broker.(*net.UnixConn).File()
+			if err != nil {
+				return err
+			}
+			dup, err := net.FileConn(f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+			go serve(s, dup)
+			return nil
+		},
+		Release: func(*Session) {
+			e.mu.Lock()
+			e.released++
+			e.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.l.Serve()
+	t.Cleanup(func() { e.l.Close(time.Second) })
+	return e
+}
+
+func (e *echoFront) dial(t testing.TB) *tls.Conn {
+	t.Helper()
+	c, err := tls.Dial("tcp", e.l.Addr().String(), &tls.Config{RootCAs: e.pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestSessionCarriesBytesExactly: writes of every size, from one byte to several records,
+// come back through the session and an echoing broker in order and unchanged, and the
+// session's buffers all go back to the pool.
+func TestSessionCarriesBytesExactly(t *testing.T) {
+	e := startFront(t, nil)
+	c := e.dial(t)
+	rng := rand.New(rand.NewSource(1))
+	var sent bytes.Buffer
+	done := make(chan []byte)
+	go func() {
+		got, _ := io.ReadAll(io.LimitReader(c, 24<<20))
+		done <- got
+	}()
+	for sent.Len() < 24<<20 {
+		n := min(1+rng.Intn(200<<10), 24<<20-sent.Len())
+		if rng.Intn(3) == 0 {
+			n = 1 + rng.Intn(64)
+		}
+		p := make([]byte, n)
+		rng.Read(p)
+		sent.Write(p)
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := <-done
+	if !bytes.Equal(got, sent.Bytes()) {
+		t.Fatalf("echo differs: %d bytes back of %d", len(got), sent.Len())
+	}
+}
+
+// holdConn passes its first write (the ClientHello) and holds back every later one until
+// release: the client's Finished and its first request then reach the broker in one segment.
+type holdConn struct {
+	net.Conn
+	writes int
+	held   []byte
+}
+
+func (h *holdConn) Write(p []byte) (int, error) {
+	if h.writes++; h.writes == 1 {
+		return h.Conn.Write(p)
+	}
+	h.held = append(h.held, p...)
+	return len(p), nil
+}
+
+func (h *holdConn) release() error {
+	_, err := h.Conn.Write(h.held)
+	return err
+}
+
+// TestSessionRequestWithFinished: a request that arrives together with the client's Finished,
+// which crypto/tls reads with the handshake, is passed on at once: the session must not wait
+// for more input first.
+func TestSessionRequestWithFinished(t *testing.T) {
+	e := startFront(t, nil)
+	nc, err := net.Dial("tcp", e.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &holdConn{Conn: nc}
+	c := tls.Client(h, &tls.Config{RootCAs: e.pool, ServerName: "localhost"})
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.release(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "hello" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+}
+
+// TestSessionLingersAfterBrokerClose: what the broker writes before it closes reaches the
+// client, which then sees EOF; and the session ends even if the client never closes.
+func TestSessionLingersAfterBrokerClose(t *testing.T) {
+	e := startFront(t, func(_ *Session, b net.Conn) {
+		_, _ = b.Write(bytes.Repeat([]byte("bye "), 100_000))
+		b.Close()
+	})
+	c := e.dial(t)
+	got, err := io.ReadAll(c)
+	if err != nil || len(got) != 400_000 {
+		t.Fatalf("read %d bytes, %v; want 400000 then EOF", len(got), err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e.mu.Lock()
+		done := e.released == e.admitted
+		e.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end within the linger time while its client stayed open")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkTLS measures a client uploading (a producer) and downloading (a consumer) 64 KiB
+// writes over TLS: straight from or into a server tls.Conn (direct), and through a Session and
+// the socket pair a broker reads and writes (session). The difference is what the bridge costs
+// beyond TLS itself.
+func BenchmarkTLS(b *testing.B) {
+	for _, dir := range []string{"upload", "download"} {
+		for _, via := range []string{"direct", "session"} {
+			b.Run(dir+"/"+via, func(b *testing.B) { benchTLS(b, dir == "upload", via == "session") })
+		}
+	}
+}
+
+func benchTLS(b *testing.B, upload, viaSession bool) {
+	chunk := make([]byte, 64<<10)
+	// The server side: drain what the client uploads, or send downloads until the client
+	// closes.
+	serve := func(c net.Conn) {
+		if upload {
+			_, _ = io.Copy(io.Discard, c)
+		} else {
+			for {
+				if _, err := c.Write(chunk); err != nil {
+					break
+				}
+			}
+		}
+		c.Close()
+	}
+	var addr string
+	var pool *x509.CertPool
+	if viaSession {
+		e := startFront(b, func(_ *Session, c net.Conn) { serve(c) })
+		addr, pool = e.l.Addr().String(), e.pool
+	} else {
+		dir := b.TempDir()
+		ca, err := certgen.NewCA("bench CA", time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cert, key, err := ca.WriteFiles(dir, "server", certgen.ServerLeaf(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go serve(c)
+			}
+		}()
+		addr, pool = ln.Addr().String(), x509.NewCertPool()
+		pool.AddCert(ca.Cert)
+	}
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.SetBytes(int64(len(chunk)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var err error
+		if upload {
+			_, err = c.Write(chunk)
+		} else {
+			_, err = io.ReadFull(c, chunk)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
