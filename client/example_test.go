@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/broker/auth"
@@ -23,6 +25,66 @@ func exampleBroker() (addr string, stop func()) {
 	}
 	fb.AddTopic("events", 1)
 	return fb.Addr(), fb.Close
+}
+
+// exampleServer starts a real broker on a free loopback port, with the admin password
+// admin-secret, for the examples that need more than the fake; a real program dials its
+// broker's address.
+func exampleServer() (addr string, stop func()) {
+	dir, err := os.MkdirTemp("", "lightq-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := broker.DefaultConfig()
+	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
+	cfg.AdminUser, cfg.AdminPassword, cfg.HashParams = "admin", "admin-secret", auth.TestParams()
+	cfg.Logger = zerolog.Nop()
+	srv, err := broker.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	return srv.Addr(), func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			log.Print(err)
+		}
+		os.RemoveAll(dir)
+	}
+}
+
+// exampleTopic creates a topic whose user is app (password app-secret), and produces
+// values to its partitions: values[i] to partition i.
+func exampleTopic(addr string, cfg client.TopicConfig, values ...[]string) {
+	ctx := context.Background()
+	admin, err := client.Dial(ctx, addr, client.Options{User: "admin", Password: "admin-secret"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer admin.Close()
+	cfg.User, cfg.Password = "app", "app-secret"
+	if err := admin.CreateTopic(ctx, cfg); err != nil {
+		log.Fatal(err)
+	}
+	if len(values) == 0 {
+		return
+	}
+	p, err := admin.NewProducer(client.ProducerOptions{Topic: cfg.Name})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i, vs := range values {
+		for _, v := range vs {
+			m := client.Message{Value: []byte(v), Partition: int32(i), HasPartition: true}
+			if err := p.Send(ctx, &m, nil); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
 }
 
 func ExampleDial() {
@@ -129,26 +191,11 @@ func ExampleConn_Subscribe() {
 }
 
 func ExampleConn_NewConsumer() {
-	dir, err := os.MkdirTemp("", "lightq-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	cfg := broker.DefaultConfig()
-	cfg.Addr, cfg.DataDir = "127.0.0.1:0", dir
-	cfg.AdminUser, cfg.AdminPassword, cfg.HashParams = "admin", "admin-secret", auth.TestParams()
-	cfg.Logger = zerolog.Nop()
-	srv, err := broker.New(cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		log.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
+	addr, stop := exampleServer()
+	defer stop()
 
 	ctx := context.Background()
-	admin, err := client.Dial(ctx, srv.Addr(), client.Options{User: "admin", Password: "admin-secret"})
+	admin, err := client.Dial(ctx, addr, client.Options{User: "admin", Password: "admin-secret"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -158,7 +205,7 @@ func ExampleConn_NewConsumer() {
 		log.Fatal(err)
 	}
 
-	c, err := client.Dial(ctx, srv.Addr(), client.Options{User: "app", Password: "app-secret"})
+	c, err := client.Dial(ctx, addr, client.Options{User: "app", Password: "app-secret"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -195,4 +242,185 @@ func ExampleConn_NewConsumer() {
 	// offset 1: user-7 view
 	// offset 2: user-7 logout
 	// true position 3
+}
+
+func ExampleConn_Subscribe_queueGroup() {
+	addr, stop := exampleServer()
+	defer stop()
+	exampleTopic(addr, client.TopicConfig{Name: "jobs", Kind: wire.KindTransient, Partitions: 2})
+
+	// Two workers, each on a connection of its own, in the queue group "workers": each
+	// message goes to one of them.
+	ctx := context.Background()
+	received := make(chan string, 16)
+	for _, name := range []string{"worker-1", "worker-2"} {
+		c, err := client.Dial(ctx, addr, client.Options{User: "app", Password: "app-secret", ClientName: name})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		s, err := c.Subscribe(ctx, client.SubscribeOptions{Topic: "jobs", QueueGroup: "workers"})
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() {
+			for m := range s.Messages() { // ends when the connection closes
+				received <- string(m.Value)
+			}
+		}()
+	}
+
+	c, err := client.Dial(ctx, addr, client.Options{User: "app", Password: "app-secret"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.NewProducer(client.ProducerOptions{Topic: "jobs"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 6 {
+		if err := p.Send(ctx, &client.Message{Value: fmt.Appendf(nil, "job-%d", i)}, nil); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
+
+	deliveries := map[string]int{}
+	for range 6 {
+		deliveries[<-received]++
+	}
+	once := 0
+	for _, n := range deliveries {
+		if n == 1 {
+			once++
+		}
+	}
+	fmt.Printf("%d jobs received, %d of them once\n", len(deliveries), once)
+	// Output:
+	// 6 jobs received, 6 of them once
+}
+
+func ExampleConsumerOptions_group() {
+	addr, stop := exampleServer()
+	defer stop()
+	exampleTopic(addr, client.TopicConfig{Name: "orders", Kind: wire.KindDurable, Partitions: 2},
+		[]string{"a", "b", "c"}, []string{"x", "y", "z"})
+
+	// Members of the group "billing" share the topic's partitions: the broker assigns them
+	// and calls OnAssign when a member gets some.
+	ctx := context.Background()
+	type assignment struct {
+		member string
+		starts map[int32]int64
+	}
+	assigned := make(chan assignment, 8)
+	member := func(name string) *client.Consumer {
+		k, err := client.DialConsumer(ctx, addr, client.Options{User: "app", Password: "app-secret"}, client.ConsumerOptions{
+			Topic: "orders",
+			Group: "billing",
+			OnAssign: func(starts map[int32]int64) {
+				assigned <- assignment{name, starts}
+			},
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return k
+	}
+	first := member("first")
+	defer first.Close()
+	fmt.Println("first gets", len((<-assigned).starts), "partitions")
+	second := member("second") // the first lets one partition go, then the second gets it
+	fmt.Println("second gets", len((<-assigned).starts), "partition; the first keeps", len(first.Partitions()))
+
+	// Each member reads only its own partition.
+	type record struct {
+		member    string
+		partition int32
+		value     string
+	}
+	records := make(chan record, 8)
+	for name, k := range map[string]*client.Consumer{"first": first, "second": second} {
+		go func() {
+			err := k.Each(ctx, func(m *client.Received) error {
+				records <- record{name, m.Partition, string(m.Value)}
+				return nil
+			})
+			if !errors.Is(err, client.ErrClosed) {
+				log.Fatal(err)
+			}
+		}()
+	}
+	readers := map[int32]map[string]bool{} // partition: its readers
+	var values []string
+	for range 6 {
+		r := <-records
+		if readers[r.partition] == nil {
+			readers[r.partition] = map[string]bool{}
+		}
+		readers[r.partition][r.member] = true
+		values = append(values, r.value)
+	}
+	slices.Sort(values)
+	fmt.Println(values, "with one reader per partition:", len(readers[0]) == 1 && len(readers[1]) == 1 && !maps.Equal(readers[0], readers[1]))
+
+	// A member that closes commits its positions and leaves the group; the other one takes
+	// its partition over at once, where it stopped.
+	if err := second.Close(); err != nil {
+		log.Fatal(err)
+	}
+	a := <-assigned
+	for _, offset := range a.starts {
+		fmt.Println(a.member, "takes over the other partition at offset", offset)
+	}
+	// It prints:
+	//
+	//	first gets 2 partitions
+	//	second gets 1 partition; the first keeps 1
+	//	[a b c x y z] with one reader per partition: true
+	//	first takes over the other partition at offset 3
+}
+
+func ExampleDialConsumer() {
+	addr, stop := exampleServer()
+	defer stop()
+	exampleTopic(addr, client.TopicConfig{Name: "audit", Kind: wire.KindDurable, Partitions: 2},
+		[]string{"login", "view", "logout"}, []string{"start", "stop"})
+
+	// A consumer without a group reads the partitions it names (default: all), each from
+	// its own start, and redials when its connection drops, resuming at its positions.
+	// Here the application had stored that it read partition 0 up to offset 1.
+	ctx := context.Background()
+	k, err := client.DialConsumer(ctx, addr, client.Options{User: "app", Password: "app-secret"}, client.ConsumerOptions{
+		Topic:  "audit",
+		Start:  client.Earliest(),
+		Starts: map[int32]client.StartPosition{0: client.AtOffset(2)},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close()
+	var got []string
+	errDone := errors.New("done")
+	err = k.Each(ctx, func(m *client.Received) error {
+		got = append(got, fmt.Sprintf("partition %d offset %d: %s", m.Partition, m.Offset, m.Value))
+		if len(got) == 3 {
+			return errDone
+		}
+		return nil
+	})
+	if err != errDone {
+		log.Fatal(err)
+	}
+	slices.Sort(got) // partitions are interleaved
+	for _, g := range got {
+		fmt.Println(g)
+	}
+	// Output:
+	// partition 0 offset 2: logout
+	// partition 1 offset 0: start
+	// partition 1 offset 1: stop
 }
