@@ -142,11 +142,18 @@ func (k *Consumer) heartbeater() {
 		wait, epoch := m.interval, m.epoch
 		m.mu.Unlock()
 		outstanding++
+		// Written here, in the order the heartbeats were built: a heartbeat that still owns
+		// a partition must not reach the broker after the one that released it (the broker
+		// would fence the member for claiming what it no longer holds).
+		call, err := c.startCall(wire.OpHeartbeat, req.AppendTo(nil))
 		go func() {
-			ctx, cancel := context.WithTimeout(m.ctx, wait+c.opts.RequestTimeout)
-			defer cancel()
-			body, err := c.roundTrip(ctx, wire.OpHeartbeat, req.AppendTo(nil))
 			r := hbResult{epoch: epoch}
+			var body []byte
+			if err == nil {
+				ctx, cancel := context.WithTimeout(m.ctx, wait+c.opts.RequestTimeout)
+				defer cancel()
+				body, err = call.wait(ctx)
+			}
 			if r.err = err; err == nil {
 				if err := r.resp.Decode(body); err != nil {
 					r.err = fmt.Errorf("%w: HEARTBEAT response: %w", ErrProtocol, err)

@@ -376,12 +376,11 @@ func ExampleConsumerOptions_group() {
 	for _, offset := range a.starts {
 		fmt.Println(a.member, "takes over the other partition at offset", offset)
 	}
-	// It prints:
-	//
-	//	first gets 2 partitions
-	//	second gets 1 partition; the first keeps 1
-	//	[a b c x y z] with one reader per partition: true
-	//	first takes over the other partition at offset 3
+	// Output:
+	// first gets 2 partitions
+	// second gets 1 partition; the first keeps 1
+	// [a b c x y z] with one reader per partition: true
+	// first takes over the other partition at offset 3
 }
 
 func ExampleDialConsumer() {

@@ -68,3 +68,49 @@ func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	}
 	return time.Since(start), nil
 }
+
+// pendingCall is a request already written, whose answer is still to come.
+type pendingCall struct {
+	c    *Conn
+	corr uint32
+	cl   *call
+}
+
+// startCall registers and writes one request now, on the caller's goroutine, and returns
+// what waits for its answer: for a caller whose requests must reach the broker in the order
+// it made them (a group member's heartbeats: an older one carrying a partition the member
+// has since released must not arrive after the release), which concurrent roundTrips do not
+// promise.
+func (c *Conn) startCall(op wire.Op, body []byte) (*pendingCall, error) {
+	cl := &call{done: make(chan struct{})}
+	corr := c.nextCorr()
+	if err := c.register(corr, op, cl); err != nil {
+		return nil, err
+	}
+	if err := c.writeFrame(op, corr, body); err != nil {
+		if c.unregister(corr) {
+			return nil, err
+		}
+		<-cl.done
+		if cl.err != nil {
+			return nil, cl.err
+		}
+	}
+	return &pendingCall{c: c, corr: corr, cl: cl}, nil
+}
+
+// wait waits for the answer of a started call, as roundTrip does.
+func (p *pendingCall) wait(ctx context.Context) ([]byte, error) {
+	ctx, cancel := p.c.withTimeout(ctx)
+	defer cancel()
+	select {
+	case <-p.cl.done:
+		return p.cl.body, p.cl.err
+	case <-ctx.Done():
+		if p.c.unregister(p.corr) {
+			return nil, ctx.Err()
+		}
+		<-p.cl.done // the answer is being delivered right now
+		return p.cl.body, p.cl.err
+	}
+}
