@@ -202,8 +202,8 @@ func TestHeldHeartbeatOfClosedConnectionExpires(t *testing.T) {
 	hb := b.beaten(b.heartbeat("g", "audit", memberB, jb.Generation, 0, nil))
 	a.heartbeat("g", "audit", memberA, ha.Generation, time.Minute, ha.Partitions) // held
 	a.ping()
+	closed := time.Now() // before the close: the broker cannot see it earlier than this
 	a.conn.Close()
-	closed := time.Now()
 	corr := b.heartbeat("g", "audit", memberB, hb.Generation, time.Minute, hb.Partitions)
 	for {
 		r := b.beaten(corr)

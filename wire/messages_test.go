@@ -264,8 +264,10 @@ func TestBodyDecodeBoundedAllocation(t *testing.T) {
 		{"ListGroupsResponse", func() wireBody { return new(wire.ListGroupsResponse) }, body(u8(0), u32(0xffffffff), str("a"))},
 		{"DescribeGroupResponse", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(0xffffffff), str("a"))},
 	} {
+		// A lying count must cost what formatting the error costs (a handful of allocations,
+		// a few more under the race detector), never an allocation sized by the claim.
 		m := tc.newBody()
-		if a := testing.AllocsPerRun(20, func() { _ = m.Decode(tc.in) }); a > 5 {
+		if a := testing.AllocsPerRun(20, func() { _ = m.Decode(tc.in) }); a > 10 {
 			t.Errorf("%s: %v allocations decoding a lying count", tc.name, a)
 		}
 	}
