@@ -1,7 +1,9 @@
 package raftlog
 
 import (
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
@@ -18,6 +20,50 @@ func sampleState(term uint64) State {
 		HardState: raftpb.HardState{Term: term, Vote: 2, Commit: 10 * term},
 		ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}},
 		ConfIndex: 3, SnapIndex: term, SnapTerm: term - 1,
+		FirstOffset: int64(term) * 100, ResetPending: term%2 == 0,
+	}
+}
+
+// slotV1 encodes st as version 1 wrote it: no first offset, no flags.
+func slotV1(st State, seq uint64) []byte {
+	cs, err := st.ConfState.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	b := append([]byte(stateMagic), 1, 0, 0, 0)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint32(b, uint32(fixedPayload1+len(cs)))
+	b = append(b, 0, 0, 0, 0)
+	for _, v := range []uint64{st.HardState.Term, st.HardState.Vote, st.HardState.Commit, st.ConfIndex, st.SnapIndex, st.SnapTerm} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	b = append(b, cs...)
+	binary.BigEndian.PutUint32(b[20:], crc32.Update(crc32.Checksum(b[8:20], castagnoli), castagnoli, b[slotHeader:]))
+	return b
+}
+
+// TestStateVersion1: a slot written by version 1 (no first offset, no flags) is read, with
+// the first offset unknown.
+func TestStateVersion1(t *testing.T) {
+	st := sampleState(3)
+	b := slotV1(st, 7)
+	got, seq, err := decodeSlot(b)
+	want := st
+	want.FirstOffset, want.ResetPending = -1, false
+	if err != nil || seq != 7 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 1: %+v seq %d %v; want %+v", got, seq, err, want)
+	}
+	// Version 2 refuses unknown flags and a first offset below -1.
+	for _, mangle := range []func(b []byte){
+		func(b []byte) { b[slotHeader+7*8+7] |= 2 },
+		func(b []byte) { binary.BigEndian.PutUint64(b[slotHeader+6*8:], uint64(1<<63)) },
+	} {
+		good, _ := encodeSlot(nil, 1, &st)
+		mangle(good)
+		binary.BigEndian.PutUint32(good[20:], crc32.Update(crc32.Checksum(good[8:20], castagnoli), castagnoli, good[slotHeader:]))
+		if _, _, err := decodeSlot(good); err == nil {
+			t.Fatal("a slot with unknown flags or a bad first offset was accepted")
+		}
 	}
 }
 
@@ -27,8 +73,8 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(st, State{}) {
-		t.Fatalf("new file: %+v", st)
+	if !reflect.DeepEqual(st, State{}) || sf.Saved() {
+		t.Fatalf("new file: %+v, saved %v", st, sf.Saved())
 	}
 	for term := uint64(1); term <= 5; term++ {
 		if err := sf.Save(sampleState(term), term%2 == 1); err != nil {
@@ -150,6 +196,7 @@ func FuzzDecodeSlot(f *testing.F) {
 	good, _ := encodeSlot(nil, 4, &st)
 	f.Add(good)
 	f.Add(good[:30])
+	f.Add(slotV1(st, 5))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, seq, err := decodeSlot(b)
 		if err != nil {
