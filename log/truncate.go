@@ -22,7 +22,9 @@ import (
 // shorter continuous one that still holds every batch below offset: later segments are
 // removed newest first, then the segment holding offset is cut and fsynced. A sealed segment
 // holding offset becomes the active one again (its index files go, as recovery would remove
-// them for an active segment). NextOffset becomes offset and DurableOffset at most offset.
+// them for an active segment). NextOffset becomes offset and DurableOffset at most offset;
+// the checkpoint moves back to the cut, so that a torn append after it is cut at the next
+// start rather than taken for damage to confirmed data.
 //
 // Errors: ErrOffsetOutOfRange (offset below StartOffset or above NextOffset), ErrCorrupt
 // (offset is not a batch boundary, or the headers on the way do not walk), ErrBroken, ErrClosed.
@@ -107,8 +109,9 @@ func (l *Log) TruncateFrom(offset int64) error {
 	for _, d := range dead {
 		d.release()
 	}
-	if err := l.cp.write(act.base, act.size); err != nil {
-		l.opts.Logf("log %s: checkpoint after truncating: %v", l.dir, err)
+	if err := l.cp.rewind(act.base, act.size); err != nil {
+		// A checkpoint past the cut would make a torn append after it look like corruption.
+		return l.setBroken(fmt.Errorf("truncate at %d: rewind the checkpoint: %w", offset, err))
 	}
 	l.opts.Logf("log %s: truncated at offset %d (was %d)", l.dir, offset, next)
 	return nil
@@ -208,8 +211,8 @@ func (l *Log) Reset(offset int64) error {
 	l.producers = producerstate.New(l.opts.Producers.config(l.dir))
 	l.producerStates.Store(0)
 	l.snaps = nil
-	if err := l.cp.reset(offset); err != nil {
-		l.opts.Logf("log %s: checkpoint after reset: %v", l.dir, err)
+	if err := l.cp.rewind(offset, 0); err != nil {
+		return l.setBroken(fmt.Errorf("reset at %d: rewind the checkpoint: %w", offset, err))
 	}
 	l.opts.Logf("log %s: reset: empty, starting at offset %d", l.dir, offset)
 	return nil
