@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -177,5 +178,43 @@ func TestOpenRecovers(t *testing.T) {
 		s = mustOpen(t, dir, Options{Window: 3})
 		defer s.Close()
 		checkLog(t, s, ents[:len(storedBatches(t, s))])
+	})
+}
+
+// FuzzDecodeEntry: decodeEntry, the decoder of stored batches into entries, refuses what is
+// not entry index at offset off and never panics; an accepted control batch's entry carries
+// its value, an accepted record batch's entry the batch itself.
+func FuzzDecodeEntry(f *testing.F) {
+	f.Add(rawEntry(3, 2, 2), uint64(3), int64(0))
+	ctl := wire.AppendControlBatch(nil, wire.ControlConfChange, []byte{8, 1})
+	wire.SetBatchLeaderEpoch(ctl, 4)
+	wire.SetBatchRaftIndex(ctl, 9)
+	wire.SetBaseOffset(ctl, 20)
+	f.Add(ctl, uint64(9), int64(20))
+	f.Add(wire.AppendControlBatch(nil, 7, nil), uint64(0), int64(0))
+	f.Add(wire.AppendControlBatch(nil, wire.ControlEmptyEntry, []byte("x")), uint64(0), int64(0))
+	f.Fuzz(func(t *testing.T, b []byte, index uint64, off int64) {
+		e, next, err := decodeEntry(b, index, off, 1<<20, "fuzz")
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		h := wire.PeekBatchHeaderUnchecked(b)
+		if e.Index != index || h.RaftIndex != index || h.BaseOffset != off || e.Term != uint64(h.LeaderEpoch) || next != h.NextOffset() {
+			t.Fatalf("entry %+v from header %+v (index %d offset %d), next %d", e, h, index, off, next)
+		}
+		bt, _ := wire.ParseBatch(b, 1<<20)
+		if !bt.IsControl() {
+			if e.Type != raftpb.EntryNormal || !bytes.Equal(e.Data, b) {
+				t.Fatalf("record batch gave %v with %d bytes", e.Type, len(e.Data))
+			}
+			return
+		}
+		typ, value, err := wire.ParseControl(&bt)
+		if err != nil || uint8(e.Type) != typ && typ != wire.ControlEmptyEntry || !bytes.Equal(e.Data, value) {
+			t.Fatalf("control batch (type %d, %d bytes, %v) gave %v with %d bytes", typ, len(value), err, e.Type, len(e.Data))
+		}
 	})
 }

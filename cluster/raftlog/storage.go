@@ -410,6 +410,9 @@ func decodeEntry(b []byte, index uint64, off int64, maxBatch int, path string) (
 		}
 		switch typ {
 		case wire.ControlEmptyEntry:
+			if len(value) != 0 {
+				return bad("an empty entry's control batch with a %d-byte value", len(value))
+			}
 			e.Data = nil
 		case wire.ControlConfChange, wire.ControlConfChangeV2:
 			e.Type, e.Data = raftpb.EntryType(typ), value

@@ -72,7 +72,7 @@ var storageKinds = []storageKind{
 	{
 		name: "segment-log",
 		open: func(t *testing.T, id uint64) Storage {
-			s, err := raftlog.Open(t.TempDir(), raftlog.Options{Window: 64, Log: qlog.Options{SegmentBytes: 8 << 10}})
+			s, err := raftlog.Open(t.TempDir(), raftlog.Options{Window: 64, SyncEachAppend: true, Log: qlog.Options{SegmentBytes: 8 << 10}})
 			if err != nil {
 				t.Fatal(err)
 			}
