@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -83,22 +84,57 @@ type StateFile struct {
 }
 
 // OpenState opens (creating) the state file at path and returns it with the state it holds
-// (the zero State for a new file).
+// (the zero State for a new file). A new file is created whole (a temp file holding a valid
+// slot of the zero State with seq 0, fsynced, renamed, the directory fsynced), so that a
+// crash during a replica's first save finds that slot rather than a file with none.
 func OpenState(fsys vfs.FS, path string) (*StateFile, State, error) {
-	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = createState(fsys, path); err == nil {
+			f, err = fsys.OpenFile(path, os.O_RDWR, 0)
+		}
+	}
 	if err != nil {
 		return nil, State{}, err
 	}
 	sf := &StateFile{f: f, path: path}
 	st, err := sf.load()
-	if err == nil && sf.seq == 0 {
-		err = fsys.SyncDir(filepath.Dir(path)) // a new file's name must survive a power cut too
-	}
 	if err != nil {
 		_ = f.Close() // refused; the error says why
 		return nil, State{}, err
 	}
 	return sf, st, nil
+}
+
+// createState writes a new state file at path holding the zero State (seq 0: never saved).
+func createState(fsys vfs.FS, path string) error {
+	var zero State
+	slot, err := encodeSlot(make([]byte, 0, slotSize), 0, &zero)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(slot[:slotSize], 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("raft state: create %s: %w", path, err)
+	}
+	return nil
 }
 
 func (sf *StateFile) load() (State, error) {

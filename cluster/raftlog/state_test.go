@@ -148,46 +148,55 @@ func swapSlots(b []byte) []byte {
 	return append(out, b[:slotSize]...)
 }
 
-// TestStatePowerLoss saves states with sync and cuts the power at random points: what opens
-// afterwards is the last synced state or one saved after it, never older, never damaged.
+// TestStatePowerLoss saves states with sync and cuts the power at random points, some of them
+// inside the file's creation: what opens afterwards is the last synced state or one saved
+// after it, never older, never damaged (a new file's first slot is written whole).
 func TestStatePowerLoss(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
+	created := 0
 	for round := range 1000 {
 		fsys := crashfs.New()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "raft.state")
-		sf, _, err := OpenState(fsys, path)
-		if err != nil {
-			t.Fatal(err)
+		inCreate := round%5 == 0
+		if inCreate {
+			fsys.KillAfter(1 + rng.IntN(5))
 		}
-		fsys.KillAfter(1 + rng.IntN(12))
 		var synced uint64
-		for term := uint64(1); term <= 10; term++ {
-			sync := rng.IntN(2) == 0
-			if err := sf.Save(sampleState(term), sync); err != nil {
-				break
+		sf, _, err := OpenState(fsys, path)
+		if err == nil {
+			if !inCreate {
+				fsys.KillAfter(1 + rng.IntN(12))
 			}
-			if sync {
-				synced = term
+			for term := uint64(1); term <= 10; term++ {
+				sync := rng.IntN(2) == 0
+				if err := sf.Save(sampleState(term), sync); err != nil {
+					break
+				}
+				if sync {
+					synced = term
+				}
 			}
+		} else if inCreate {
+			created++
 		}
 		if err := fsys.Crash(rng); err != nil {
 			t.Fatal(err)
 		}
 		sf2, st, err := OpenState(fsys, path)
 		if err != nil {
-			if synced == 0 && errors.Is(err, ErrDamagedState) {
-				continue // nothing was ever durable; a torn first write is a fresh replica
-			}
 			t.Fatalf("round %d: %v (last synced term %d)", round, err, synced)
 		}
 		if st.HardState.Term < synced {
 			t.Fatalf("round %d: term %d after the crash, but term %d was synced", round, st.HardState.Term, synced)
 		}
-		if st.HardState.Term != 0 && !reflect.DeepEqual(st, sampleState(st.HardState.Term)) {
+		if st.HardState.Term != 0 && !reflect.DeepEqual(st, sampleState(st.HardState.Term)) || st.HardState.Term == 0 && (!reflect.DeepEqual(st, State{}) || sf2.Saved()) {
 			t.Fatalf("round %d: state %+v is none that was saved", round, st)
 		}
 		sf2.Close()
+	}
+	if created == 0 {
+		t.Fatal("no crash happened inside a file's creation")
 	}
 }
 
