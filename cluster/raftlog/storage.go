@@ -270,6 +270,24 @@ func (s *Storage) term(i uint64) (uint64, error) {
 	return term, err
 }
 
+// OffsetAfter is the offset after entry i, for i in [SnapIndex, LastIndex]: where entry i+1
+// is, or will be. For the commit index it is the partition's high watermark: a FETCH may
+// read below it, and no batch below it is ever replaced. raft.ErrCompacted below SnapIndex,
+// raft.ErrUnavailable past LastIndex.
+func (s *Storage) OffsetAfter(i uint64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.broken != nil:
+		return 0, s.broken
+	case i < s.st.SnapIndex:
+		return 0, raft.ErrCompacted
+	case i > s.last:
+		return 0, raft.ErrUnavailable
+	}
+	return s.offsetAfter(i)
+}
+
 // Snapshot returns the snapshot raft sends a follower that needs entries the log no longer
 // holds: its metadata is (SnapIndex, SnapTerm, ConfState), or, when the membership was
 // changed after SnapIndex, (ConfIndex, its term, ConfState), so that the membership is the

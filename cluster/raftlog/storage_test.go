@@ -89,6 +89,8 @@ func TestStorageContract(t *testing.T) {
 		{"compacted: Term(11)", term(11), uint64(2), nil},
 		{"compacted: Entries(10, 12)", entries(10, 12), nil, raft.ErrCompacted},
 		{"compacted: Entries(11, 31)", entries(11, 31), 20, nil},
+		{"compacted: OffsetAfter(9)", func() (any, error) { return s.OffsetAfter(9) }, nil, raft.ErrCompacted},
+		{"compacted: OffsetAfter(10)", func() (any, error) { return s.OffsetAfter(10) }, off, nil},
 	})
 }
 
@@ -131,6 +133,19 @@ func TestStorageRoundTrip(t *testing.T) {
 		}
 		if s.probes == 0 {
 			t.Fatal("no entry was looked up beyond the window")
+		}
+		// OffsetAfter: where the next entry's batch starts, the log's end after the last.
+		for i := uint64(0); i <= 120; i++ {
+			want := s.Log().NextOffset()
+			if i < 120 {
+				want = wire.BatchBaseOffset(batches[i])
+			}
+			if got, err := s.OffsetAfter(i); err != nil || got != want {
+				t.Fatalf("OffsetAfter(%d) = %d, %v; want %d", i, got, err, want)
+			}
+		}
+		if _, err := s.OffsetAfter(121); !errors.Is(err, raft.ErrUnavailable) {
+			t.Fatalf("OffsetAfter past the last entry: %v", err)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
