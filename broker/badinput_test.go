@@ -509,6 +509,14 @@ func corruptBatchCases(t *testing.T, lim wire.Limits) []batchCase {
 		{"trailing byte", append(append([]byte(nil), good...), 0), wire.AcksWritten, corrupt, ""},
 		{"header only", good[:wire.BatchHeaderSize-1], wire.AcksNone, corrupt, ""},
 		{"empty", nil, wire.AcksWritten, corrupt, ""},
+		{"control batch", wire.AppendControlBatch(nil, wire.ControlEmptyEntry, nil), wire.AcksWritten, wire.CodeInvalidRequest, "control batch"},
+		{"control batch, acks=none", wire.AppendControlBatch(nil, wire.ControlConfChange, []byte{8, 0}), wire.AcksNone, wire.CodeInvalidRequest, "only the broker writes them"},
+		{"control bit in magic 1", func() []byte {
+			b := append([]byte(nil), good...)
+			b[17] |= wire.AttrControl
+			binary.BigEndian.PutUint32(b[12:], wire.BatchChecksum(b))
+			return b
+		}(), wire.AcksWritten, corrupt, "control bit in a magic-1 batch"},
 
 		// The records section (issue 9).
 		{"count 3, holds 2", none(3, two), wire.AcksWritten, corrupt, "record count is 3, but the records section ends after 2 records"},

@@ -43,6 +43,11 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 		c.sendError(corr, wire.CodeOf(err), err.Error())
 		return
 	}
+	if bt.IsControl() {
+		t.stats.rejected.Add(1)
+		c.sendError(corr, wire.CodeInvalidRequest, "PRODUCE: a control batch (attributes bit 5): only the broker writes them; nothing stored")
+		return
+	}
 	if bt.HasProducer() && m.Partition == wire.PartitionAny {
 		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("PRODUCE: a batch with producer id %d sent to partition -1: its sequence numbers are per partition, so it must name one", bt.ProducerID))
 		return
@@ -91,7 +96,7 @@ func (c *conn) ringRefusal(corr uint32, t *topic, err error) {
 // It returns false, having consumed nothing, for any frame the general path must answer:
 // not a PRODUCE a ready connection may send, a body or topic that is not right, a durable
 // topic, an oversized batch, a batch with a producer id that is a duplicate or would be
-// refused (see idempotence.go). Those go through handle, which gives the same answers it always
+// refused (see idempotence.go), a control batch. Those go through handle, which gives the same answers it always
 // did. Only the batch's own errors are answered here, with the codes handleProduce gives.
 // The batch is checked as handleProduce checks it: header and CRC (wire.ParseBatch), then
 // every record (the loop's RecordValidator, decompressing a compressed batch into the loop's
@@ -136,7 +141,11 @@ func (c *conn) produceDirect(size int) bool {
 	// ring. The header is peeked before a partition is chosen, for the same reason as above.
 	var idem wire.BatchHeader
 	idempotent, now := false, int64(0)
-	if bh := head[wire.HeaderSize+hl:]; len(bh) >= wire.BatchHeaderSize2 && wire.BatchMagicOf(bh) == wire.BatchMagic2 {
+	bh := head[wire.HeaderSize+hl:]
+	if wire.IsControlBatch(bh) {
+		return false // refused by the general path, before it makes room in the ring
+	}
+	if len(bh) >= wire.BatchHeaderSize2 && wire.BatchMagicOf(bh) == wire.BatchMagic2 {
 		if idem, err = wire.PeekBatchHeader(bh); err != nil {
 			return false
 		}

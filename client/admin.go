@@ -111,6 +111,8 @@ func (r *FetchResult) Iter() BatchIter {
 
 // BatchIter walks a sequence of whole record batches, validating each one (wire.ParseBatch:
 // CRC and structure). Records decompresses and checks the records of the current batch.
+// Control batches (PROTOCOL.md section 7: a replicated partition's entries without messages)
+// are checked and passed over: Next never stops at one.
 //
 //	it := res.Iter()
 //	for it.Next() { bt := it.Batch(); records, err := it.Records(&comp, buf); ... }
@@ -130,30 +132,34 @@ type BatchIter struct {
 	skippable bool // err is a corrupt batch that Next has moved past
 }
 
-// Next advances to the next batch; it returns false at the end or on a corrupt batch.
+// Next advances to the next record batch, passing over control batches; it returns false at
+// the end or on a corrupt batch.
 func (it *BatchIter) Next() bool {
-	if it.err != nil || len(it.rest) == 0 {
-		return false
-	}
-	n := wholeBatchSize(it.rest)
-	if n == 0 {
-		cause := fmt.Errorf("%w: its length field says %d bytes, %d are left in the FETCH answer", wire.ErrCorruptBatch, wire.BatchSize(it.rest), len(it.rest))
-		it.err = corruptBatch(it.topic, it.partition, it.rest, 0, it.from, it.hw, cause)
-		return false
-	}
-	bt, err := wire.ParseBatch(it.rest[:n], it.max)
-	if err != nil {
-		bad := corruptBatch(it.topic, it.partition, it.rest, n, it.from, it.hw, err)
-		it.err, it.skippable = bad, bad.Skippable()
-		if it.skippable {
-			it.from = bad.LastOffset + 1
+	for it.err == nil && len(it.rest) > 0 {
+		n := wholeBatchSize(it.rest)
+		if n == 0 {
+			cause := fmt.Errorf("%w: its length field says %d bytes, %d are left in the FETCH answer", wire.ErrCorruptBatch, wire.BatchSize(it.rest), len(it.rest))
+			it.err = corruptBatch(it.topic, it.partition, it.rest, 0, it.from, it.hw, cause)
+			return false
 		}
+		bt, err := wire.ParseBatch(it.rest[:n], it.max)
+		if err != nil {
+			bad := corruptBatch(it.topic, it.partition, it.rest, n, it.from, it.hw, err)
+			it.err, it.skippable = bad, bad.Skippable()
+			if it.skippable {
+				it.from = bad.LastOffset + 1
+			}
+			it.rest = it.rest[n:]
+			return false
+		}
+		it.from = bt.NextOffset()
 		it.rest = it.rest[n:]
-		return false
+		if !bt.IsControl() {
+			it.cur = bt
+			return true
+		}
 	}
-	it.cur, it.from = bt, bt.NextOffset()
-	it.rest = it.rest[n:]
-	return true
+	return false
 }
 
 // SkipCorrupt clears the error of the corrupt batch Next stopped at, so that Next goes on

@@ -76,6 +76,13 @@ outer:
 					}
 					continue
 				}
+				if b.control { // no message: only its offset, which the position passes
+					if next := b.base + int64(b.count); next > p.pos.Load() {
+						p.pos.Store(next)
+						p.moved.Store(true)
+					}
+					continue
+				}
 				k.it = wire.NewRecordIter(ch.records(b), b.count, b.base, b.firstTS)
 				k.itNext, k.itActive = b.base, true
 			}

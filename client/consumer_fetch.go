@@ -243,7 +243,8 @@ func (k *Consumer) process(p *partState, ch *chunk, from, hw int64) (stop bool) 
 
 // verify checks the batch of n bytes at ch.raw[off:] and returns where its records are,
 // decompressed if need be; keep is false for a batch that ends before offset from, which is
-// not decompressed.
+// not decompressed. A control batch (PROTOCOL.md section 7) is kept as a reference without
+// records, so that Each moves the position past its offset.
 func (k *Consumer) verify(p *partState, ch *chunk, off, n int, from int64) (ref batchRef, keep bool, err error) {
 	bt, err := wire.ParseBatch(ch.raw[off:off+n], k.maxBatch)
 	if err != nil {
@@ -253,6 +254,10 @@ func (k *Consumer) verify(p *partState, ch *chunk, off, n int, from int64) (ref 
 		return ref, false, nil
 	}
 	ref = batchRef{base: bt.BaseOffset, firstTS: bt.FirstTimestamp, count: bt.RecordCount}
+	if bt.IsControl() {
+		ref.control = true
+		return ref, true, nil
+	}
 	if bt.Codec() == wire.CodecNone {
 		ref.start, ref.end = off+n-len(bt.Records), off+n
 		return ref, true, nil

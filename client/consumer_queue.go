@@ -19,11 +19,13 @@ type chunk struct {
 }
 
 // batchRef is where one batch's records are in a chunk, or, with bad set, a batch that
-// failed its checks, which Each reaches in its place in the partition's order.
+// failed its checks, which Each reaches in its place in the partition's order; with control
+// set, a control batch (no records), which Each passes, moving the position past its offset.
 type batchRef struct {
 	base, firstTS int64
 	count         uint32
 	inDec         bool
+	control       bool
 	start, end    int
 	bad           *CorruptBatchError
 }

@@ -73,6 +73,11 @@
 // same hook), and BatchIter.SkipCorrupt goes past one. The broker sends stored batches as
 // they are, so fetching one again never helps.
 //
+// Control batches (PROTOCOL.md section 7: the entries of a replicated partition that carry no
+// message) are checked like any batch and then skipped wherever FETCH answers are read:
+// BatchIter.Next passes over them, and a Consumer moves the partition's position past their
+// offset without calling the handler.
+//
 // # Internals
 //
 // Files: conn.go (Dial, handshake, the reader goroutine, frame dispatch, failure fan-out),

@@ -120,6 +120,17 @@ func (c *checkpointer) writeLocked(base, pos int64, now time.Time) error {
 	return nil
 }
 
+// rewind records that segment base is durable up to pos, although a later position was
+// recorded before: the log was cut there (TruncateFrom, Reset). Left as it was, the old
+// position would make a torn write of what is appended after the cut look like damage to
+// confirmed data, and recovery would refuse the log.
+func (c *checkpointer) rewind(base, pos int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last.base, c.last.pos = -1, -1
+	return c.writeLocked(base, pos, time.Now())
+}
+
 func (c *checkpointer) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -132,6 +132,11 @@
 // segment list and never wait for an Append's write; the I/O they do happens without locks.
 // OffsetForTime reads (and may decompress) a whole batch to find the record, so call it from a
 // worker, not an event loop.
+//
+// For replication (cluster/raftlog, whose log is a Raft log): TruncateFrom cuts an
+// uncommitted tail, Reset empties the log and starts it again at any offset (a snapshot
+// brought the replica past what it holds), EnforceRetentionBelow lets the caller record the
+// new start before retention moves it, and ProducerOptions.Disabled turns deduplication off.
 // StartOffset, NextOffset and DurableOffset are lock-free atomics. EnforceRetention removes
 // segments from the list under the locks, then unlinks the files without them.
 //

@@ -147,7 +147,8 @@ func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
 // records. It rewrites the batch's base offset in place in the caller's slice, writes it with
 // one write, rolls the segment first when needed, and returns the base offset.
 //
-// A batch with a producer id (magic 2) is first checked against the producer's state: a
+// A batch with a producer id (magic 2) is first checked against the producer's state (unless
+// Options.Producers.Disabled): a
 // duplicate of one of its last batches returns that batch's base offset with ErrDuplicate
 // and writes nothing; a batch out of sequence, of a fenced epoch or of an unknown producer,
 // or one that would start a state past a cap, is refused with an error wrapping
@@ -177,7 +178,8 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 		return 0, fmt.Errorf("log: append: %w: record count %d, header says %d", wire.ErrCorruptBatch, recordCount, h.RecordCount)
 	}
 	var now int64
-	if h.HasProducer() {
+	dedup := h.HasProducer() && !l.opts.Producers.Disabled
+	if dedup {
 		now = l.opts.Now().UnixMilli()
 		res, err := l.checkProducer(&h, now)
 		switch {
@@ -205,7 +207,7 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 	seg.add(base, recordCount, size, h.MaxTimestamp, l.opts.IndexIntervalBytes)
 	l.next.Store(base + int64(recordCount))
 	l.segMu.Unlock()
-	if h.HasProducer() {
+	if dedup {
 		l.recordProducer(&h, base, now)
 	}
 	return base, nil

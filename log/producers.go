@@ -35,6 +35,12 @@ var ErrDuplicate = errors.New("log: duplicate batch, already stored")
 // ProducerOptions configure the producer state (Options.Producers). Zero fields take the
 // defaults.
 type ProducerOptions struct {
+	// Disabled turns deduplication off: Append stores a batch with a producer id like any
+	// other, the log keeps no producer state and writes no snapshots (existing ones are
+	// left alone). For a replica, which stores what its Raft log commits and may refuse
+	// nothing for idempotence reasons: its leader deduplicates before proposing.
+	Disabled bool
+
 	Expiry       time.Duration         // drop a producer idle this long (default 24 h)
 	MaxProducers int                   // producer states in this log (default 10,000)
 	Budget       *producerstate.Budget // a cap shared with other logs; nil: none
@@ -98,6 +104,9 @@ func (l *Log) ExpireProducers() {
 // reported and otherwise ignored: recovery then scans from an older snapshot. l.mu held, in
 // roll, before the new segment's file exists.
 func (l *Log) snapshotProducers(base int64) {
+	if l.opts.Producers.Disabled {
+		return
+	}
 	now := l.opts.Now().UnixMilli()
 	l.producers.Expire(now)
 	l.producerStates.Store(int64(l.producers.Len()))
@@ -126,6 +135,9 @@ func (l *Log) snapshotProducers(base int64) {
 // added by recoverActive. now is the recovery time, when the states found by scanning count
 // as last seen.
 func (l *Log) loadProducers(snapshots []int64, activeBase, now int64) {
+	if l.opts.Producers.Disabled {
+		return
+	}
 	l.snaps = snapshots
 	from := 0 // index in l.segs of the first sealed segment to scan
 	for i := len(snapshots) - 1; i >= 0; i-- {

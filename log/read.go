@@ -25,6 +25,9 @@ type Chunk struct {
 	hdr      [wire.BatchHeaderSize]byte // scratch for header reads
 }
 
+// Path is the segment file the chunk lies in, for messages.
+func (c *Chunk) Path() string { return c.seg.path }
+
 // Release lets the segment file be closed. Idempotent; safe for concurrent use.
 func (c *Chunk) Release() {
 	if c != nil && c.released.CompareAndSwap(false, true) {

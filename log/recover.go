@@ -288,7 +288,7 @@ func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool, now int64) (
 			break
 		}
 		s.add(bt.BaseOffset, bt.RecordCount, bt.Size(), bt.MaxTimestamp, l.opts.IndexIntervalBytes)
-		if bt.HasProducer() {
+		if bt.HasProducer() && !l.opts.Producers.Disabled {
 			l.producers.Record(&bt.BatchHeader, bt.BaseOffset, now)
 		}
 		pos += int64(bt.Size())

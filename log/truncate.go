@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/lightq/lightq/log/producerstate"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -21,7 +22,9 @@ import (
 // shorter continuous one that still holds every batch below offset: later segments are
 // removed newest first, then the segment holding offset is cut and fsynced. A sealed segment
 // holding offset becomes the active one again (its index files go, as recovery would remove
-// them for an active segment). NextOffset becomes offset and DurableOffset at most offset.
+// them for an active segment). NextOffset becomes offset and DurableOffset at most offset;
+// the checkpoint moves back to the cut, so that a torn append after it is cut at the next
+// start rather than taken for damage to confirmed data.
 //
 // Errors: ErrOffsetOutOfRange (offset below StartOffset or above NextOffset), ErrCorrupt
 // (offset is not a batch boundary, or the headers on the way do not walk), ErrBroken, ErrClosed.
@@ -106,8 +109,9 @@ func (l *Log) TruncateFrom(offset int64) error {
 	for _, d := range dead {
 		d.release()
 	}
-	if err := l.cp.write(act.base, act.size); err != nil {
-		l.opts.Logf("log %s: checkpoint after truncating: %v", l.dir, err)
+	if err := l.cp.rewind(act.base, act.size); err != nil {
+		// A checkpoint past the cut would make a torn append after it look like corruption.
+		return l.setBroken(fmt.Errorf("truncate at %d: rewind the checkpoint: %w", offset, err))
 	}
 	l.opts.Logf("log %s: truncated at offset %d (was %d)", l.dir, offset, next)
 	return nil
@@ -147,5 +151,69 @@ func (l *Log) removeSegmentFiles(base int64) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// Reset empties the log and starts it again at offset (>= 0): every segment is removed and
+// the next Append gets offset, whatever the log held before. It exists for replication: a
+// replica that a snapshot brings past everything it holds starts again where its leader's
+// log goes on, so that its offsets stay the leader's. The producer state is dropped too.
+//
+// Durable on return. A crash in the middle leaves the old log, a prefix of it (segments are
+// removed newest first), an empty log at offset 0 (Open's default), or the new empty log at
+// offset: the caller records its intent durably first and calls Reset again after such a
+// crash (cluster/raftlog does). Chunks held keep their files open until released.
+//
+// Errors: ErrBroken, ErrClosed. Safe for concurrent use: it holds out Sync, retention and
+// Append while it runs.
+func (l *Log) Reset(offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("log: reset at negative offset %d", offset)
+	}
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.retMu.Lock()
+	defer l.retMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	for i := len(l.segs) - 1; i >= 0; i-- {
+		if err := l.removeSegmentFiles(l.segs[i].base); err != nil {
+			return l.setBroken(fmt.Errorf("reset at %d: %w", offset, err))
+		}
+		if err := l.fsys.Remove(filepath.Join(l.dir, segmentName(l.segs[i].base, producersSuffix))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return l.setBroken(fmt.Errorf("reset at %d: %w", offset, err))
+		}
+	}
+	path := filepath.Join(l.dir, segmentName(offset, logSuffix))
+	f, err := l.fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return l.setBroken(fmt.Errorf("reset at %d: create %s: %w", offset, path, err))
+	}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
+		f.Close()
+		return l.setBroken(fmt.Errorf("fsync directory %s after reset: %w", l.dir, err))
+	}
+	seg := newSegment(offset, path, f, l.opts.Now())
+	l.segMu.Lock()
+	dead := l.segs
+	l.segs = []*segment{seg}
+	l.start.Store(offset)
+	l.next.Store(offset)
+	l.durable.Store(offset)
+	l.segMu.Unlock()
+	for _, d := range dead {
+		d.release()
+	}
+	l.producers.Release()
+	l.producers = producerstate.New(l.opts.Producers.config(l.dir))
+	l.producerStates.Store(0)
+	l.snaps = nil
+	if err := l.cp.rewind(offset, 0); err != nil {
+		return l.setBroken(fmt.Errorf("reset at %d: rewind the checkpoint: %w", offset, err))
+	}
+	l.opts.Logf("log %s: reset: empty, starting at offset %d", l.dir, offset)
 	return nil
 }

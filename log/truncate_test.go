@@ -137,3 +137,64 @@ func TestTruncateFromPowerLoss(t *testing.T) {
 		l2.Close()
 	}
 }
+
+// TestTruncateThenAppendPowerLoss: a replica cuts its tail and appends the new leader's
+// batches over the same bytes, then the power fails before they are all synced. The
+// checkpoint, which recorded the old tail as durable, must move back with the cut: else a
+// torn new batch followed by one that reached the disk looks like damage to confirmed data
+// and the log is refused. After the crash the log opens and holds the batches below the cut,
+// then a prefix of the new ones.
+func TestTruncateThenAppendPowerLoss(t *testing.T) {
+	rounds := 100
+	if long {
+		rounds = 1000
+	}
+	rng := rand.New(rand.NewPCG(15, 16))
+	for round := range rounds {
+		fsys := crashfs.New()
+		dir := t.TempDir()
+		opts := Options{FS: fsys, SegmentBytes: 64 << 10, CheckpointInterval: -1}
+		l := mustOpen(t, dir, opts)
+		old := appendN(t, l, rng, 30, 3, 300, 0)
+		if _, err := l.Sync(); err != nil { // the checkpoint now says all of it is durable
+			t.Fatal(err)
+		}
+		cut := 1 + rng.IntN(len(old)-1)
+		if err := l.TruncateFrom(old[cut].base); err != nil {
+			t.Fatal(err)
+		}
+		fsys.KillAfter(1 + rng.IntN(12))
+		var appended []stored
+		for i := 0; i < 10; i++ {
+			n := 1 + rng.IntN(3)
+			b := makeBatch(rng, n, 300, 9000)
+			base, err := l.Append(b, uint32(n))
+			if err != nil {
+				break
+			}
+			appended = append(appended, stored{base: base, count: uint32(n), data: b})
+			if rng.IntN(3) == 0 {
+				if _, err := l.Sync(); err != nil {
+					break
+				}
+			}
+		}
+		if err := fsys.Crash(rng); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := Open(dir, Options{FS: fsys, SegmentBytes: 64 << 10})
+		if err != nil {
+			t.Fatalf("round %d: reopen after a cut at batch %d and %d appends: %v", round, cut, len(appended), err)
+		}
+		got := readAll(t, l2)
+		if len(got) < cut {
+			t.Fatalf("round %d: %d batches after the crash; the %d below the cut must stay", round, len(got), cut)
+		}
+		sameBatches(t, got[:cut], old[:cut])
+		if len(got)-cut > len(appended) {
+			t.Fatalf("round %d: %d batches after the cut, %d were appended", round, len(got)-cut, len(appended))
+		}
+		sameBatches(t, got[cut:], appended[:len(got)-cut])
+		l2.Close()
+	}
+}

@@ -36,7 +36,10 @@ type BatchInfo struct {
 	// Header is the batch's whole header (magic, leader epoch, producer fields) when the
 	// batch is valid; zero otherwise.
 	Header wire.BatchHeader
-	Err    error // nil when the batch is valid, its base offset included
+	// Control describes a valid control batch (wire/control.go: a replicated partition's
+	// raft entry without messages): its type and the size of its value. Empty otherwise.
+	Control string
+	Err     error // nil when the batch is valid, its base offset included
 }
 
 // Verify scans every segment in dir fully: each batch's length, CRC and header, and base
@@ -67,8 +70,12 @@ func Dump(w io.Writer, dir string, fsys vfs.FS, maxBatch int) error {
 		if b.Err != nil {
 			status = "BAD: " + b.Err.Error()
 		}
-		printf("  pos=%d offset=%d count=%d size=%d first=%s max=%s%s %s\n", b.Pos, b.BaseOffset, b.Count, b.Size,
-			fmtMillis(b.FirstTimestamp), fmtMillis(b.MaxTimestamp), fmtFormat(&b.Header), status)
+		control := ""
+		if b.Control != "" {
+			control = " control=" + b.Control
+		}
+		printf("  pos=%d offset=%d count=%d size=%d first=%s max=%s%s%s %s\n", b.Pos, b.BaseOffset, b.Count, b.Size,
+			fmtMillis(b.FirstTimestamp), fmtMillis(b.MaxTimestamp), fmtFormat(&b.Header), control, status)
 	}, func(path string, size int64) {
 		printf("segment %s (%d bytes)\n", filepath.Base(path), size)
 	})
@@ -92,6 +99,25 @@ func fmtFormat(h *wire.BatchHeader) string {
 		return fmt.Sprintf(" magic=2 leader-epoch=%d%s producer=none", h.LeaderEpoch, repl)
 	}
 	return fmt.Sprintf(" magic=2 leader-epoch=%d%s producer=%d epoch=%d seq=%d-%d", h.LeaderEpoch, repl, h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.LastSequence())
+}
+
+// describeControl names the control batch bt (ParseBatch accepted it): its type and the size
+// of its value; the error is a record that does not decode.
+func describeControl(bt *wire.Batch) (string, error) {
+	typ, value, err := wire.ParseControl(bt)
+	if err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("type-%d", typ)
+	switch typ {
+	case wire.ControlEmptyEntry:
+		name = "empty-entry"
+	case wire.ControlConfChange:
+		name = "conf-change"
+	case wire.ControlConfChangeV2:
+		name = "conf-change-v2"
+	}
+	return fmt.Sprintf("%s(%d bytes)", name, len(value)), nil
 }
 
 func fmtMillis(ms int64) string {
@@ -154,6 +180,9 @@ func scanDir(dir string, fsys vfs.FS, maxBatch int, batch func(path string, b Ba
 			}
 			info := BatchInfo{Pos: pos, BaseOffset: bt.BaseOffset, Count: bt.RecordCount, Size: size,
 				FirstTimestamp: bt.FirstTimestamp, MaxTimestamp: bt.MaxTimestamp, Header: bt.BatchHeader}
+			if berr == nil && bt.IsControl() {
+				info.Control, berr = describeControl(&bt)
+			}
 			switch {
 			case berr != nil:
 				info.Header = wire.BatchHeader{}

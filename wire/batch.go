@@ -50,6 +50,9 @@ import (
 // decompressing. Kafka's RecordBatch v2 has the same fields, but puts the leader epoch
 // before the magic, which would move the magic and make the formats two peeks apart.
 //
+// Attributes (byte 17, both magics): bits 0-2 the codec; bit 5, in magic 2 only, marks a
+// control batch (control.go), which the broker writes and consumers skip; the other bits are 0.
+//
 // Each record, in the (decompressed) records section:
 //
 //	uvarint length             bytes after this field
@@ -244,9 +247,10 @@ func BatchChecksumOK(b []byte) bool {
 // PeekBatchHeader decodes the header of the batch at the start of b. b needs to hold only the
 // header (BatchHeaderSize bytes for magic 1, BatchHeaderSize2 for magic 2; reading
 // MaxBatchHeaderSize bytes suits both); the rest of the batch may lie beyond it. It checks
-// what can be checked without the records: the magic, the attributes, the reserved fields,
-// the producer fields (all NoProducer, or an id >= 0 with an epoch and a base sequence >= 0),
-// and a length that covers at least the header. ParseBatch checks the whole batch. It does
+// what can be checked without the records: the magic, the attributes (codec; the control bit
+// only in magic 2, and then uncompressed, one record and no producer: see control.go), the
+// reserved fields, the producer fields (all NoProducer, or an id >= 0 with an epoch and a base
+// sequence >= 0), and a length that covers at least the header. ParseBatch checks the whole batch. It does
 // not allocate unless it fails (the error is formatted); MayBeBatchHeader never does.
 //
 // This file is the only code that knows the header's byte positions: a new batch magic is
@@ -268,8 +272,12 @@ func PeekBatchHeader(b []byte) (BatchHeader, error) {
 	switch {
 	case h.Size() < h.HeaderSize():
 		return BatchHeader{}, fmt.Errorf("%w: batch length field %d is shorter than a magic-%d batch header", ErrCorruptBatch, h.Length, h.Magic)
-	case h.Attributes&^codecMask != 0 || h.Codec() > CodecZstd:
+	case h.Attributes&^(codecMask|AttrControl) != 0 || h.Codec() > CodecZstd:
 		return BatchHeader{}, fmt.Errorf("%w: unknown attributes 0x%02x", ErrCorruptBatch, h.Attributes)
+	case h.IsControl() && h.Magic != BatchMagic2:
+		return BatchHeader{}, fmt.Errorf("%w: attributes 0x%02x: the control bit in a magic-%d batch (control batches are format 2)", ErrCorruptBatch, h.Attributes, h.Magic)
+	case h.IsControl() && (h.Codec() != CodecNone || h.RecordCount != 1 || h.ProducerID != NoProducer):
+		return BatchHeader{}, fmt.Errorf("%w: control batch with codec %v, %d records, producer id %d: want uncompressed, one record, no producer", ErrCorruptBatch, h.Codec(), h.RecordCount, h.ProducerID)
 	case reserved != 0:
 		return BatchHeader{}, fmt.Errorf("%w: reserved field is %d, want 0", ErrCorruptBatch, reserved)
 	case h.ProducerID == NoProducer && (h.ProducerEpoch != NoProducer || h.BaseSequence != NoProducer):

@@ -106,6 +106,8 @@ func FuzzBatch(f *testing.F) {
 		f.Add(buildBatch2(f, varietyRecords()[:2], codec, &c, 7, 1, 40), true)
 	}
 	f.Add(buildBatch2(f, varietyRecords()[:1], wire.CodecNone, nil, wire.NoProducer, wire.NoProducer, wire.NoProducer), true)
+	f.Add(wire.AppendControlBatch(nil, wire.ControlConfChange, []byte{8, 0, 16, 3}), false)
+	f.Add(wire.AppendControlBatch(nil, wire.ControlEmptyEntry, nil), true)
 	f.Add(rawBatch(wire.CodecNone, 1, 5, []byte{4, 0, 0, 0, 0}), true)
 	f.Add(rawBatch(wire.CodecZstd, 1, 4096, []byte{0x28, 0xb5, 0x2f, 0xfd}), true)
 
@@ -159,8 +161,11 @@ func FuzzBatch(f *testing.F) {
 			records = out
 		}
 		recs, err := collectRecords(records, &bt)
+		if err == nil && bt.IsControl() {
+			_, _, err = wire.ParseControl(&bt) // Validate checks a control batch's record too
+		}
 		if (err == nil) != (verr == nil) {
-			t.Fatalf("RecordIter says %v, Validate says %v", err, verr)
+			t.Fatalf("RecordIter (and ParseControl) says %v, Validate says %v", err, verr)
 		}
 		if err != nil {
 			return

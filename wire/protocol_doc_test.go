@@ -542,7 +542,8 @@ func protocolExamples() []protocolExample {
 		})),
 		wireFrame(wire.OpFetch, resp, 11, &wire.FetchResponse{HighWatermark: 1, Batches: wireBatch(0, fetchRecs)}))
 	groupExamples(add, body)
-	return append(ex, idempotenceExamples()...)
+	ex = append(ex, idempotenceExamples()...)
+	return append(ex, replicationExamples()...)
 }
 
 // exampleMember is the member id of the consumer group examples.

@@ -30,7 +30,8 @@ func (v *RecordValidator) Close() {
 //   - every varint is minimal and fits in 64 bits;
 //   - every record's fields (timestamp delta, key, value, header count, each header's name and
 //     value) fill its length exactly, and no length runs past the record;
-//   - each record's key + value + header names and values is at most maxRecord bytes.
+//   - each record's key + value + header names and values is at most maxRecord bytes;
+//   - a control batch's record is one key byte and a value, without headers (ParseControl).
 //
 // The error wraps ErrMessageTooLarge for a record over maxRecord and ErrCorruptBatch for
 // anything else (or is an internal error when zstd state cannot be created), and names what
@@ -46,7 +47,14 @@ func (v *RecordValidator) Validate(bt *Batch, maxRecord int) error {
 		v.scratch = out
 		records = out
 	}
-	return ValidateRecords(records, bt.RecordCount, maxRecord)
+	if err := ValidateRecords(records, bt.RecordCount, maxRecord); err != nil {
+		return err
+	}
+	if bt.IsControl() { // uncompressed (PeekBatchHeader): its record is bt.Records
+		_, _, err := ParseControl(bt)
+		return err
+	}
+	return nil
 }
 
 // ValidateRecords checks an uncompressed records section as Validate does: count records,

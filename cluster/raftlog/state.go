@@ -1,5 +1,3 @@
-// Package raftlog is what a partition replica persists besides its entries: the raft state
-// file (state.go) now, and the raft.Storage over the partition's segment log.
 package raftlog
 
 import (
@@ -8,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -19,34 +18,48 @@ import (
 // State is what raft needs from disk besides the entries: the HardState (term, vote,
 // commit), the membership (ConfState) as of entry ConfIndex, and the index and term of the
 // entry just before the first one the log still holds (Snap*: what retention removed, or what
-// a catch-up from whole segments started after), which raft sees as its snapshot.
+// a catch-up from whole segments started after), which raft sees as its snapshot, with the
+// log offset where entry SnapIndex+1 is (or goes).
 type State struct {
 	HardState raftpb.HardState
 	ConfState raftpb.ConfState
 	ConfIndex uint64
 	SnapIndex uint64
 	SnapTerm  uint64
+	// FirstOffset is the offset of entry SnapIndex+1 in the segment log: where the raft log
+	// starts in it. Batches below it are left over from a retention or a reset that a crash
+	// interrupted. -1: unknown (a version-1 file, written when it was the log's start).
+	FirstOffset int64
+	// ResetPending: a snapshot was recorded and the segment log is to be emptied and
+	// started again at FirstOffset (log.Reset); a crash before that finished is finished
+	// by the next Open.
+	ResetPending bool
 }
 
 // State file layout: two slots of slotSize bytes. A save writes the slot that does not hold
 // the newest durable state, so a torn or unsynced write never damages what a crash falls back
 // to; a synced save then becomes that state. Each slot (big-endian):
 //
-//	0 magic "LQRS" | 4 version u8 = 1 | 5 reserved [3] | 8 seq u64 | 16 payload length u32 |
+//	0 magic "LQRS" | 4 version u8 = 2 | 5 reserved [3] | 8 seq u64 | 16 payload length u32 |
 //	20 crc32c of bytes 8..20 and the payload | 24 payload
 //
 //	payload: term u64 | vote u64 | commit u64 | conf index u64 | snap index u64 |
-//	         snap term u64 | conf state (protobuf), the rest of the payload length
+//	         snap term u64 | first offset i64 | flags u64 (bit 0: reset pending; the others 0) |
+//	         conf state (protobuf), the rest of the payload length
 //
+// Version 1 had no first offset and no flags (a fixed part of 6 fields); it is still read.
 // The valid slot with the higher seq is the state. NEVER CHANGE the layout without a new
 // version: it is on disk.
 const (
 	stateMagic    = "LQRS"
-	stateVersion  = 1
+	stateVersion  = 2
 	slotSize      = 4096
 	slotHeader    = 24
-	fixedPayload  = 6 * 8
+	fixedPayload  = 8 * 8
+	fixedPayload1 = 6 * 8 // version 1
 	maxConfStateB = slotSize - slotHeader - fixedPayload
+
+	flagResetPending = 1 << 0
 )
 
 // ErrDamagedState is a state file with no valid slot. The replica must not start from it: its
@@ -71,22 +84,57 @@ type StateFile struct {
 }
 
 // OpenState opens (creating) the state file at path and returns it with the state it holds
-// (the zero State for a new file).
+// (the zero State for a new file). A new file is created whole (a temp file holding a valid
+// slot of the zero State with seq 0, fsynced, renamed, the directory fsynced), so that a
+// crash during a replica's first save finds that slot rather than a file with none.
 func OpenState(fsys vfs.FS, path string) (*StateFile, State, error) {
-	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = createState(fsys, path); err == nil {
+			f, err = fsys.OpenFile(path, os.O_RDWR, 0)
+		}
+	}
 	if err != nil {
 		return nil, State{}, err
 	}
 	sf := &StateFile{f: f, path: path}
 	st, err := sf.load()
-	if err == nil && sf.seq == 0 {
-		err = fsys.SyncDir(filepath.Dir(path)) // a new file's name must survive a power cut too
-	}
 	if err != nil {
 		_ = f.Close() // refused; the error says why
 		return nil, State{}, err
 	}
 	return sf, st, nil
+}
+
+// createState writes a new state file at path holding the zero State (seq 0: never saved).
+func createState(fsys vfs.FS, path string) error {
+	var zero State
+	slot, err := encodeSlot(make([]byte, 0, slotSize), 0, &zero)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(slot[:slotSize], 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("raft state: create %s: %w", path, err)
+	}
+	return nil
 }
 
 func (sf *StateFile) load() (State, error) {
@@ -143,6 +191,9 @@ func (sf *StateFile) Save(st State, sync bool) error {
 	return nil
 }
 
+// Saved reports whether the file holds a state (false for a new file, never saved).
+func (sf *StateFile) Saved() bool { return sf.seq > 0 }
+
 // Close closes the file.
 func (sf *StateFile) Close() error { return sf.f.Close() }
 
@@ -160,7 +211,11 @@ func encodeSlot(dst []byte, seq uint64, st *State) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint32(dst, uint32(fixedPayload+len(cs)))
 	crcAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	for _, v := range []uint64{st.HardState.Term, st.HardState.Vote, st.HardState.Commit, st.ConfIndex, st.SnapIndex, st.SnapTerm} {
+	var flags uint64
+	if st.ResetPending {
+		flags |= flagResetPending
+	}
+	for _, v := range []uint64{st.HardState.Term, st.HardState.Vote, st.HardState.Commit, st.ConfIndex, st.SnapIndex, st.SnapTerm, uint64(st.FirstOffset), flags} {
 		dst = binary.BigEndian.AppendUint64(dst, v)
 	}
 	dst = append(dst, cs...)
@@ -172,18 +227,23 @@ func encodeSlot(dst []byte, seq uint64, st *State) ([]byte, error) {
 // decodeSlot decodes one slot (b may be short: a file cut by a crash).
 func decodeSlot(b []byte) (State, uint64, error) {
 	var st State
-	if len(b) < slotHeader+fixedPayload {
+	if len(b) < slotHeader+fixedPayload1 {
 		return st, 0, fmt.Errorf("%d bytes, shorter than a slot", len(b))
 	}
 	if string(b[:4]) != stateMagic {
 		return st, 0, errors.New("no magic")
 	}
-	if b[4] != stateVersion {
-		return st, 0, fmt.Errorf("version %d, want %d", b[4], stateVersion)
+	fixed := fixedPayload
+	switch b[4] {
+	case stateVersion:
+	case 1:
+		fixed = fixedPayload1
+	default:
+		return st, 0, fmt.Errorf("version %d, want 1 or %d", b[4], stateVersion)
 	}
 	seq := binary.BigEndian.Uint64(b[8:])
 	n := int(binary.BigEndian.Uint32(b[16:]))
-	if n < fixedPayload || n > slotSize-slotHeader || slotHeader+n > len(b) {
+	if n < fixed || n > slotSize-slotHeader || slotHeader+n > len(b) {
 		return st, 0, fmt.Errorf("payload length %d out of range", n)
 	}
 	payload := b[slotHeader : slotHeader+n]
@@ -193,7 +253,16 @@ func decodeSlot(b []byte) (State, uint64, error) {
 	u := func(i int) uint64 { return binary.BigEndian.Uint64(payload[8*i:]) }
 	st.HardState = raftpb.HardState{Term: u(0), Vote: u(1), Commit: u(2)}
 	st.ConfIndex, st.SnapIndex, st.SnapTerm = u(3), u(4), u(5)
-	if err := st.ConfState.Unmarshal(payload[fixedPayload:]); err != nil {
+	st.FirstOffset = -1
+	if fixed == fixedPayload {
+		st.FirstOffset = int64(u(6))
+		flags := u(7)
+		if flags&^flagResetPending != 0 || st.FirstOffset < -1 {
+			return st, 0, fmt.Errorf("flags 0x%x or first offset %d invalid", flags, st.FirstOffset)
+		}
+		st.ResetPending = flags&flagResetPending != 0
+	}
+	if err := st.ConfState.Unmarshal(payload[fixed:]); err != nil {
 		return st, 0, fmt.Errorf("membership: %v", err)
 	}
 	return st, seq, nil

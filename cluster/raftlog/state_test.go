@@ -1,7 +1,9 @@
 package raftlog
 
 import (
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
@@ -18,6 +20,50 @@ func sampleState(term uint64) State {
 		HardState: raftpb.HardState{Term: term, Vote: 2, Commit: 10 * term},
 		ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}},
 		ConfIndex: 3, SnapIndex: term, SnapTerm: term - 1,
+		FirstOffset: int64(term) * 100, ResetPending: term%2 == 0,
+	}
+}
+
+// slotV1 encodes st as version 1 wrote it: no first offset, no flags.
+func slotV1(st State, seq uint64) []byte {
+	cs, err := st.ConfState.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	b := append([]byte(stateMagic), 1, 0, 0, 0)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint32(b, uint32(fixedPayload1+len(cs)))
+	b = append(b, 0, 0, 0, 0)
+	for _, v := range []uint64{st.HardState.Term, st.HardState.Vote, st.HardState.Commit, st.ConfIndex, st.SnapIndex, st.SnapTerm} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	b = append(b, cs...)
+	binary.BigEndian.PutUint32(b[20:], crc32.Update(crc32.Checksum(b[8:20], castagnoli), castagnoli, b[slotHeader:]))
+	return b
+}
+
+// TestStateVersion1: a slot written by version 1 (no first offset, no flags) is read, with
+// the first offset unknown.
+func TestStateVersion1(t *testing.T) {
+	st := sampleState(3)
+	b := slotV1(st, 7)
+	got, seq, err := decodeSlot(b)
+	want := st
+	want.FirstOffset, want.ResetPending = -1, false
+	if err != nil || seq != 7 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 1: %+v seq %d %v; want %+v", got, seq, err, want)
+	}
+	// Version 2 refuses unknown flags and a first offset below -1.
+	for _, mangle := range []func(b []byte){
+		func(b []byte) { b[slotHeader+7*8+7] |= 2 },
+		func(b []byte) { binary.BigEndian.PutUint64(b[slotHeader+6*8:], uint64(1<<63)) },
+	} {
+		good, _ := encodeSlot(nil, 1, &st)
+		mangle(good)
+		binary.BigEndian.PutUint32(good[20:], crc32.Update(crc32.Checksum(good[8:20], castagnoli), castagnoli, good[slotHeader:]))
+		if _, _, err := decodeSlot(good); err == nil {
+			t.Fatal("a slot with unknown flags or a bad first offset was accepted")
+		}
 	}
 }
 
@@ -27,8 +73,8 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(st, State{}) {
-		t.Fatalf("new file: %+v", st)
+	if !reflect.DeepEqual(st, State{}) || sf.Saved() {
+		t.Fatalf("new file: %+v, saved %v", st, sf.Saved())
 	}
 	for term := uint64(1); term <= 5; term++ {
 		if err := sf.Save(sampleState(term), term%2 == 1); err != nil {
@@ -102,46 +148,55 @@ func swapSlots(b []byte) []byte {
 	return append(out, b[:slotSize]...)
 }
 
-// TestStatePowerLoss saves states with sync and cuts the power at random points: what opens
-// afterwards is the last synced state or one saved after it, never older, never damaged.
+// TestStatePowerLoss saves states with sync and cuts the power at random points, some of them
+// inside the file's creation: what opens afterwards is the last synced state or one saved
+// after it, never older, never damaged (a new file's first slot is written whole).
 func TestStatePowerLoss(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
+	created := 0
 	for round := range 1000 {
 		fsys := crashfs.New()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "raft.state")
-		sf, _, err := OpenState(fsys, path)
-		if err != nil {
-			t.Fatal(err)
+		inCreate := round%5 == 0
+		if inCreate {
+			fsys.KillAfter(1 + rng.IntN(5))
 		}
-		fsys.KillAfter(1 + rng.IntN(12))
 		var synced uint64
-		for term := uint64(1); term <= 10; term++ {
-			sync := rng.IntN(2) == 0
-			if err := sf.Save(sampleState(term), sync); err != nil {
-				break
+		sf, _, err := OpenState(fsys, path)
+		if err == nil {
+			if !inCreate {
+				fsys.KillAfter(1 + rng.IntN(12))
 			}
-			if sync {
-				synced = term
+			for term := uint64(1); term <= 10; term++ {
+				sync := rng.IntN(2) == 0
+				if err := sf.Save(sampleState(term), sync); err != nil {
+					break
+				}
+				if sync {
+					synced = term
+				}
 			}
+		} else if inCreate {
+			created++
 		}
 		if err := fsys.Crash(rng); err != nil {
 			t.Fatal(err)
 		}
 		sf2, st, err := OpenState(fsys, path)
 		if err != nil {
-			if synced == 0 && errors.Is(err, ErrDamagedState) {
-				continue // nothing was ever durable; a torn first write is a fresh replica
-			}
 			t.Fatalf("round %d: %v (last synced term %d)", round, err, synced)
 		}
 		if st.HardState.Term < synced {
 			t.Fatalf("round %d: term %d after the crash, but term %d was synced", round, st.HardState.Term, synced)
 		}
-		if st.HardState.Term != 0 && !reflect.DeepEqual(st, sampleState(st.HardState.Term)) {
+		if st.HardState.Term != 0 && !reflect.DeepEqual(st, sampleState(st.HardState.Term)) || st.HardState.Term == 0 && (!reflect.DeepEqual(st, State{}) || sf2.Saved()) {
 			t.Fatalf("round %d: state %+v is none that was saved", round, st)
 		}
 		sf2.Close()
+	}
+	if created == 0 {
+		t.Fatal("no crash happened inside a file's creation")
 	}
 }
 
@@ -150,6 +205,7 @@ func FuzzDecodeSlot(f *testing.F) {
 	good, _ := encodeSlot(nil, 4, &st)
 	f.Add(good)
 	f.Add(good[:30])
+	f.Add(slotV1(st, 5))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, seq, err := decodeSlot(b)
 		if err != nil {

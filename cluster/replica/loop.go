@@ -139,18 +139,32 @@ func (r *Replica) handleReady() error {
 			if err := cc.Unmarshal(e.Data); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.Index, err)
 			}
-			r.rn.ApplyConfChange(cc)
+			if err := r.saveConfState(r.rn.ApplyConfChange(cc), e.Index); err != nil {
+				return err
+			}
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := cc.Unmarshal(e.Data); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.Index, err)
 			}
-			r.rn.ApplyConfChange(cc)
+			if err := r.saveConfState(r.rn.ApplyConfChange(cc), e.Index); err != nil {
+				return err
+			}
 		}
 		r.settle(e)
 	}
 	r.rn.Advance(rd)
 	r.publishStatus()
+	return nil
+}
+
+// saveConfState records the membership after the change at index, when the storage keeps it.
+func (r *Replica) saveConfState(cs *raftpb.ConfState, index uint64) error {
+	if s, ok := r.cfg.Storage.(ConfStateSaver); ok {
+		if err := s.SetConfState(*cs, index); err != nil {
+			return fmt.Errorf("save the membership after the change at %d: %w", index, err)
+		}
+	}
 	return nil
 }
 

@@ -23,6 +23,13 @@ type Storage interface {
 	ApplySnapshot(snap raftpb.Snapshot) error
 }
 
+// ConfStateSaver is a Storage that records the membership raft reports after applying a
+// membership change (raftlog.Storage is one): InitialState returns it at the next start, and
+// its snapshots carry it. The replica calls it for every membership change it applies.
+type ConfStateSaver interface {
+	SetConfState(cs raftpb.ConfState, index uint64) error
+}
+
 // Sender sends messages to peers; *transport.Transport is one.
 type Sender interface {
 	Send(node uint64, envs ...transport.Envelope) bool

@@ -453,10 +453,31 @@ func (r *runner) consumeDurable(ctx context.Context, conn *client.Conn, cc *cons
 		return errors.Join(errs...)
 	}
 
+	// passedEnd finishes, for -e, the partitions whose position reached the end without a
+	// message there to print: a control batch (PROTOCOL.md section 7) at the end of the log
+	// takes an offset and carries none. out.mu held.
+	passedEnd := func() {
+		for id, p := range prog {
+			if p.k == nil || p.done || !eof {
+				continue
+			}
+			if pos := p.k.Position(id); pos >= p.end {
+				p.next, p.done = max(p.next, pos), true
+				remaining--
+			}
+		}
+		if bounded && remaining == 0 && !finished {
+			finished = true
+			stopRun()
+		}
+	}
 	stop := make(chan struct{})
 	ticks := 0
 	wg := ticker(out.flushEvery, stop, func() {
 		_ = out.flush()
+		out.mu.Lock()
+		passedEnd()
+		out.mu.Unlock()
 		if ticks++; ticks%10 == 0 {
 			cctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
 			if err := commit(cctx); err != nil && runCtx.Err() == nil {

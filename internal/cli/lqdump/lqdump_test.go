@@ -104,8 +104,8 @@ func TestMaxBatchUnits(t *testing.T) {
 	}
 }
 
-// TestDumpFormat2: a log holding both magics lists each batch, with the leader epoch and
-// producer fields of magic-2 batches.
+// TestDumpFormat2: a log holding both magics lists each batch, with the leader epoch, raft
+// index, producer fields and control type of magic-2 batches.
 func TestDumpFormat2(t *testing.T) {
 	dir := t.TempDir()
 	l, err := log.Open(dir, log.Options{})
@@ -137,6 +137,16 @@ func TestDumpFormat2(t *testing.T) {
 		}
 		appendBatch(append([]byte(nil), b...), 3)
 	}
+	// A replicated partition's entries without messages: control batches with a raft index.
+	for i, c := range []struct {
+		typ   uint8
+		value []byte
+	}{{wire.ControlEmptyEntry, nil}, {wire.ControlConfChange, []byte{8, 0, 16, 3}}} {
+		b := wire.AppendControlBatch(nil, c.typ, c.value)
+		wire.SetBatchLeaderEpoch(b, 4)
+		wire.SetBatchRaftIndex(b, uint64(20+i))
+		appendBatch(b, 1)
+	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +155,15 @@ func TestDumpFormat2(t *testing.T) {
 		t.Fatalf("dump exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 || strings.Contains(lines[1], "magic=") ||
+	if len(lines) != 6 || strings.Contains(lines[1], "magic=") ||
 		!strings.Contains(lines[2], "offset=2 count=3") || !strings.Contains(lines[2], "magic=2 leader-epoch=0 producer=none ok") ||
-		!strings.Contains(lines[3], "offset=5 count=3") || !strings.Contains(lines[3], "magic=2 leader-epoch=0 producer=7 epoch=1 seq=0-2 ok") {
+		!strings.Contains(lines[3], "offset=5 count=3") || !strings.Contains(lines[3], "magic=2 leader-epoch=0 producer=7 epoch=1 seq=0-2 ok") ||
+		!strings.Contains(lines[4], "offset=8 count=1") || !strings.HasSuffix(lines[4], "magic=2 leader-epoch=4 raft-index=20 producer=none control=empty-entry(0 bytes) ok") ||
+		!strings.Contains(lines[5], "offset=9 count=1") || !strings.HasSuffix(lines[5], "raft-index=21 producer=none control=conf-change(4 bytes) ok") {
 		t.Fatalf("dump:\n%s", out.String())
+	}
+	out.Reset()
+	if code := Main([]string{"-verify", dir}, &out, &errb); code != 0 {
+		t.Fatalf("verify of a log with control batches: exit %d: %s %s", code, out.String(), errb.String())
 	}
 }

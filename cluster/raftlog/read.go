@@ -1,0 +1,370 @@
+package raftlog
+
+import (
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// Reading the Raft log: the window of recent entries, the cursor of sequential reads, the
+// binary search over offsets, and Entries.
+
+// entryPos is where an entry is: its term and the offset of its batch.
+type entryPos struct {
+	term uint64
+	off  int64
+}
+
+// window holds the positions of the most recent entries, [first, first+n), in a ring. It
+// always ends at the last entry when it holds any.
+type window struct {
+	ring  []entryPos
+	head  int // ring index of entry first
+	n     int
+	first uint64
+}
+
+func newWindow(size int) window { return window{ring: make([]entryPos, size)} }
+
+func (w *window) get(i uint64) (entryPos, bool) {
+	if w.n == 0 || i < w.first || i-w.first >= uint64(w.n) {
+		return entryPos{}, false
+	}
+	return w.ring[(w.head+int(i-w.first))%len(w.ring)], true
+}
+
+// oldest is the first entry held.
+func (w *window) oldest() (uint64, entryPos, bool) {
+	if w.n == 0 {
+		return 0, entryPos{}, false
+	}
+	return w.first, w.ring[w.head], true
+}
+
+// push adds entry i, the one after the last held (any when empty), dropping the oldest when
+// the ring is full.
+func (w *window) push(i uint64, p entryPos) {
+	if w.n > 0 && i != w.first+uint64(w.n) {
+		w.n = 0 // not the next entry: start over (Append keeps them consecutive)
+	}
+	if w.n == 0 {
+		w.first, w.head = i, 0
+	}
+	if w.n == len(w.ring) {
+		w.head = (w.head + 1) % len(w.ring)
+		w.first++
+		w.n--
+	}
+	w.ring[(w.head+w.n)%len(w.ring)] = p
+	w.n++
+}
+
+// truncateFrom drops the entries from i on.
+func (w *window) truncateFrom(i uint64) {
+	switch {
+	case w.n == 0 || i >= w.first+uint64(w.n):
+	case i <= w.first:
+		w.n = 0
+	default:
+		w.n = int(i - w.first)
+	}
+}
+
+// dropThrough drops the entries up to and including i.
+func (w *window) dropThrough(i uint64) {
+	switch {
+	case w.n == 0 || i < w.first:
+	case i-w.first+1 >= uint64(w.n):
+		w.n = 0
+	default:
+		k := int(i - w.first + 1)
+		w.head = (w.head + k) % len(w.ring)
+		w.first += uint64(k)
+		w.n -= k
+	}
+}
+
+// cursor is where the last Entries stopped: entry index is at offset off, and entry index-1
+// has term prevTerm. A follower catching up asks for index next.
+type cursor struct {
+	valid    bool
+	index    uint64
+	off      int64
+	prevTerm uint64
+}
+
+// headerAt reads the header of the batch that holds offset off (in [FirstOffset,
+// NextOffset)): the header, its segment file and the offset of the batch after it.
+func (s *Storage) headerAt(off int64) (wire.BatchHeader, string, int64, error) {
+	c, err := s.l.Read(off, s.l.NextOffset(), 1)
+	if err != nil {
+		return wire.BatchHeader{}, "", 0, fmt.Errorf("raftlog: read the batch at offset %d: %w", off, err)
+	}
+	if c == nil {
+		return wire.BatchHeader{}, "", 0, fmt.Errorf("%w: %s: no batch at offset %d (the log ends at %d)", ErrCorrupt, s.dir, off, s.l.NextOffset())
+	}
+	defer c.Release()
+	buf := s.hdr[:min(int64(len(s.hdr)), c.Len)]
+	if _, err := c.File.ReadAt(buf, c.Pos); err != nil {
+		return wire.BatchHeader{}, "", 0, fmt.Errorf("raftlog: read %s at %d: %w", c.Path(), c.Pos, err)
+	}
+	h, err := wire.PeekBatchHeader(buf)
+	switch {
+	case err != nil:
+		return h, "", 0, fmt.Errorf("%w: %s: batch at offset %d: %v", ErrCorrupt, c.Path(), c.BaseOffset, err)
+	case h.Magic != wire.BatchMagic2 || h.LeaderEpoch < 0:
+		return h, "", 0, fmt.Errorf("%w: %s: batch at offset %d: magic %d, leader epoch %d: no raft entry", ErrCorrupt, c.Path(), c.BaseOffset, h.Magic, h.LeaderEpoch)
+	}
+	return h, c.Path(), c.NextOffset, nil
+}
+
+// maxProbes bounds a search: each probe halves an offset range of at most 2^63.
+const maxProbes = 128
+
+// locate finds entry i, in [SnapIndex+1, last], by a binary search over offsets, reading the
+// header of one batch per probe. It narrows [lo, hi), whose entries lie in [loOff, hiOff)
+// (loOff is entry lo's offset, hiOff entry hi's), starting from the raft log's start and the
+// oldest entry of the window or the end, tightened by the cursor. Every entry takes at least
+// one offset, so entry i lies in [loOff+(i-lo), hiOff-(hi-i)]; a header that contradicts
+// what is known is corruption. s.mu held.
+func (s *Storage) locate(i uint64) (int64, uint64, error) {
+	lo, loOff := s.st.SnapIndex+1, s.st.FirstOffset
+	hi, hiOff := s.last+1, s.l.NextOffset()
+	if first, p, ok := s.win.oldest(); ok && first > i {
+		hi, hiOff = first, p.off
+	}
+	if c := s.cur; c.valid && c.index > lo && c.index <= i {
+		lo, loOff = c.index, c.off
+	} else if c.valid && c.index > i && c.index < hi {
+		hi, hiOff = c.index, c.off
+	}
+	for range maxProbes {
+		minOff, maxOff := loOff+int64(i-lo), hiOff-int64(hi-i)
+		if i < lo || i >= hi || minOff > maxOff {
+			return 0, 0, fmt.Errorf("%w: %s: entries %d to %d cannot lie in offsets [%d, %d)", ErrCorrupt, s.dir, lo, hi-1, loOff, hiOff)
+		}
+		probe := minOff + (maxOff-minOff)/2
+		s.probes++
+		h, path, next, err := s.headerAt(probe)
+		if err != nil {
+			return 0, 0, err
+		}
+		x, b := h.RaftIndex, h.BaseOffset
+		if x < lo || x >= hi || int64(x-lo) > b-loOff || int64(hi-x) > hiOff-b || next > hiOff {
+			return 0, 0, fmt.Errorf("%w: %s: the batch at offset %d has raft index %d, between entry %d at offset %d and entry %d at offset %d",
+				ErrCorrupt, path, b, x, lo, loOff, hi, hiOff)
+		}
+		switch {
+		case x == i:
+			return b, uint64(h.LeaderEpoch), nil
+		case x < i:
+			lo, loOff = x+1, next
+		default:
+			hi, hiOff = x, b
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: %s: entry %d not found in %d probes", ErrCorrupt, s.dir, i, maxProbes)
+}
+
+// offsetOf is the offset of entry i, in [SnapIndex+1, last]. s.mu held.
+func (s *Storage) offsetOf(i uint64) (int64, error) {
+	if p, ok := s.win.get(i); ok {
+		return p.off, nil
+	}
+	switch {
+	case i == s.st.SnapIndex+1:
+		return s.st.FirstOffset, nil
+	case s.cur.valid && s.cur.index == i:
+		return s.cur.off, nil
+	}
+	off, _, err := s.locate(i)
+	return off, err
+}
+
+// offsetAfter is the offset of entry i+1, for i in [SnapIndex, last]: NextOffset after the
+// last entry. s.mu held.
+func (s *Storage) offsetAfter(i uint64) (int64, error) {
+	if i == s.last {
+		return s.l.NextOffset(), nil
+	}
+	return s.offsetOf(i + 1)
+}
+
+// activeStart is the first offset in [lo, hi) of the log's active segment, hi when the
+// active segment holds none of them (it is empty).
+func (s *Storage) activeStart(lo, hi int64) int64 {
+	if s.l.InActiveSegment(lo) {
+		return lo
+	}
+	if !s.l.InActiveSegment(hi - 1) {
+		return hi
+	}
+	a, b := lo, hi-1 // not in it, in it
+	for b-a > 1 {
+		if m := a + (b-a)/2; s.l.InActiveSegment(m) {
+			b = m
+		} else {
+			a = m
+		}
+	}
+	return b
+}
+
+// walkTail walks the batch headers of the active segment at Open: the raft indexes must be
+// consecutive and the terms must not go down; the window gets the last entries, and the last
+// one gives LastIndex. When the active segment is empty, the last batch of the log does.
+// s.st.FirstOffset < NextOffset, and the batch there is entry SnapIndex+1.
+func (s *Storage) walkTail() error {
+	first, next := s.st.FirstOffset, s.l.NextOffset()
+	from := s.activeStart(first, next)
+	idx, prevTerm, knownPrev := s.st.SnapIndex+1, s.st.SnapTerm, true
+	if from > first {
+		at := from
+		if from == next {
+			at = next - 1 // the active segment is empty: take the last batch
+		}
+		h, path, nb, err := s.headerAt(at)
+		if err != nil {
+			return err
+		}
+		if h.RaftIndex <= s.st.SnapIndex+1 || int64(h.RaftIndex-(s.st.SnapIndex+1)) > h.BaseOffset-first {
+			return fmt.Errorf("%w: %s: the batch at offset %d has raft index %d, but entry %d is at offset %d",
+				ErrCorrupt, path, h.BaseOffset, h.RaftIndex, s.st.SnapIndex+1, first)
+		}
+		if from == next {
+			if nb != next {
+				return fmt.Errorf("%w: %s: the last batch ends at %d, the log at %d", ErrCorrupt, path, nb, next)
+			}
+			s.win.push(h.RaftIndex, entryPos{term: uint64(h.LeaderEpoch), off: h.BaseOffset})
+			s.last, s.lastTerm = h.RaftIndex, uint64(h.LeaderEpoch)
+			return nil
+		}
+		idx, knownPrev = h.RaftIndex, false
+	}
+	defer func() { s.rbuf = nil }() // only Open walks
+	for off := from; off < next; {
+		c, err := s.l.Read(off, next, s.opts.ReadBytes)
+		if err != nil {
+			return fmt.Errorf("raftlog: read the log at offset %d: %w", off, err)
+		}
+		s.rbuf = slices.Grow(s.rbuf[:0], int(c.Len))[:c.Len]
+		_, err = c.File.ReadAt(s.rbuf, c.Pos)
+		path := c.Path()
+		c.Release()
+		if err != nil {
+			return fmt.Errorf("raftlog: read %s: %w", path, err)
+		}
+		for p := 0; p < len(s.rbuf); {
+			h, err := wire.PeekBatchHeader(s.rbuf[p:])
+			bad := func(format string, args ...any) error {
+				return fmt.Errorf("%w: %s: batch at offset %d: %s", ErrCorrupt, path, off, fmt.Sprintf(format, args...))
+			}
+			switch {
+			case err != nil:
+				return bad("%v", err)
+			case h.Magic != wire.BatchMagic2 || h.LeaderEpoch < 0:
+				return bad("magic %d, leader epoch %d: no raft entry", h.Magic, h.LeaderEpoch)
+			case h.BaseOffset != off:
+				return bad("base offset %d", h.BaseOffset)
+			case h.RaftIndex != idx:
+				return bad("raft index %d, want %d: the indexes are not consecutive", h.RaftIndex, idx)
+			case knownPrev && uint64(h.LeaderEpoch) < prevTerm:
+				return bad("term %d after term %d: terms go down", h.LeaderEpoch, prevTerm)
+			}
+			term := uint64(h.LeaderEpoch)
+			s.win.push(idx, entryPos{term: term, off: off})
+			s.last, s.lastTerm = idx, term
+			prevTerm, knownPrev = term, true
+			idx++
+			off = h.NextOffset()
+			p += h.Size()
+		}
+	}
+	return nil
+}
+
+// Entries returns the entries [lo, hi), at most maxSize bytes of them (raft's measure:
+// Entry.Size) but at least one: raft.ErrCompacted when lo is at or below SnapIndex,
+// raft.ErrUnavailable when hi is past LastIndex+1. Each entry's data is the stored batch (for
+// a control batch, its value), read into memory the caller owns: it may keep it.
+func (s *Storage) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.broken != nil:
+		return nil, s.broken
+	case lo <= s.st.SnapIndex:
+		return nil, raft.ErrCompacted
+	case lo > hi || hi > s.last+1:
+		return nil, raft.ErrUnavailable
+	case lo == hi:
+		return nil, nil
+	}
+	off, err := s.offsetOf(lo)
+	if err != nil {
+		return nil, err
+	}
+	limit := s.l.NextOffset() // offset of entry hi, when known: reads stop there
+	if p, ok := s.win.get(hi); ok {
+		limit = p.off
+	}
+	var (
+		ents []raftpb.Entry
+		size uint64
+		idx  = lo
+		full bool
+	)
+	for idx < hi && !full {
+		want := s.opts.ReadBytes
+		if rem := maxSize - min(size, maxSize); rem < uint64(want) {
+			want = int(max(rem, 1))
+		}
+		c, err := s.l.Read(off, limit, want)
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: entries from %d: read offset %d: %w", lo, off, err)
+		}
+		if c == nil {
+			return nil, fmt.Errorf("%w: %s: entry %d should be at offset %d, where the log ends", ErrCorrupt, s.dir, idx, off)
+		}
+		buf := make([]byte, c.Len) // the caller's: every entry's data aliases it
+		_, err = c.File.ReadAt(buf, c.Pos)
+		path := c.Path()
+		c.Release()
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: read %s: %w", path, err)
+		}
+		for p := 0; p < len(buf) && idx < hi; {
+			n := wire.BatchSize(buf[p:])
+			if n < wire.BatchHeaderSize || n > len(buf)-p {
+				return nil, fmt.Errorf("%w: %s: batch at offset %d: length %d of %d bytes read", ErrCorrupt, path, off, n, len(buf)-p)
+			}
+			e, next, err := decodeEntry(buf[p:p+n:p+n], idx, off, s.maxBatch(), path)
+			if err != nil {
+				return nil, err
+			}
+			es := uint64(e.Size())
+			if len(ents) > 0 && size+es > maxSize {
+				full = true
+				break
+			}
+			ents = append(ents, e)
+			size += es
+			idx, off = idx+1, next
+			p += n
+		}
+	}
+	s.cur = cursor{valid: true, index: idx, off: off, prevTerm: ents[len(ents)-1].Term}
+	return ents, nil
+}
+
+// maxBatch is the log's batch limit, which decodeEntry checks batches against.
+func (s *Storage) maxBatch() int {
+	if s.opts.Log.MaxBatch > 0 {
+		return s.opts.Log.MaxBatch
+	}
+	return 1 << 20 // log.Options' default
+}

@@ -1,0 +1,49 @@
+package raftlog
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestSnapshotData(t *testing.T) {
+	good := appendSnapshotData(nil, 1<<40+5)
+	if off, err := decodeSnapshotData(good); err != nil || off != 1<<40+5 {
+		t.Fatalf("round trip: %d %v", off, err)
+	}
+	with := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"empty (raft's empty snapshot)", nil, "0 bytes, want 16"},
+		{"short", good[:15], "15 bytes"},
+		{"long", append(bytes.Clone(good), 0), "17 bytes"},
+		{"magic", with(func(b []byte) []byte { b[0] = 'X'; return b }), "magic"},
+		{"version 2", with(func(b []byte) []byte { b[4] = 2; return b }), "version 2, want 1"},
+		{"reserved", with(func(b []byte) []byte { b[6] = 1; return b }), "reserved"},
+		{"negative offset", with(func(b []byte) []byte { b[8] = 0x80; return b }), "first offset -"},
+	} {
+		if _, err := decodeSnapshotData(tc.b); !errors.Is(err, errSnapshotData) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzSnapshotData: accepted data re-encodes to itself.
+func FuzzSnapshotData(f *testing.F) {
+	f.Add(appendSnapshotData(nil, 0))
+	f.Add(appendSnapshotData(nil, 123456789))
+	f.Add([]byte("LQSN\x01\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		off, err := decodeSnapshotData(b)
+		if err != nil {
+			return
+		}
+		if again := appendSnapshotData(nil, off); !bytes.Equal(again, b) {
+			t.Fatalf("%x re-encodes as %x", b, again)
+		}
+	})
+}
