@@ -19,12 +19,12 @@ type fetchCall struct {
 	ch    *chunk
 	err   error
 	corr  uint32
-	c     *Conn
+	l     *link
 	inUse bool
 }
 
 // respond copies the answer into the call's chunk; it runs on the connection's reader.
-func (fc *fetchCall) respond(body []byte, err error) {
+func (fc *fetchCall) respond(_ uint32, body []byte, err error) {
 	if err == nil {
 		fc.ch.raw = append(fc.ch.raw[:0], body...)
 	}
@@ -38,16 +38,16 @@ func (k *Consumer) sendFetch(s *session, p *partState, off int64) (*fetchCall, e
 	if fc.inUse {
 		fc = &p.calls[1]
 	}
-	fc.inUse, fc.err, fc.c = true, nil, s.c
+	fc.inUse, fc.err, fc.l = true, nil, s.l
 	fc.ch = k.getChunk(p)
 	req := wire.Fetch{Topic: k.topic, Partition: uint32(p.id), Offset: off, MaxBytes: k.maxBytes, MaxWaitMs: k.maxWait, Isolation: k.opts.Isolation}
 	p.req = req.AppendTo(p.req[:0])
 	fc.corr = s.c.nextCorr()
-	if err := s.c.register(fc.corr, wire.OpFetch, fc); err != nil {
+	if err := s.l.register(fc.corr, wire.OpFetch, fc); err != nil {
 		k.freeCall(fc)
 		return nil, err
 	}
-	if err := s.c.writeFrame(wire.OpFetch, fc.corr, p.req); err != nil && s.c.unregister(fc.corr) {
+	if err := s.c.writeFrame(s.l, wire.OpFetch, fc.corr, p.req); err != nil && s.l.unregister(fc.corr) {
 		k.freeCall(fc)
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (k *Consumer) freeCall(fc *fetchCall) {
 
 // abandon gives up a call, waiting for an answer being delivered right now.
 func (k *Consumer) abandon(fc *fetchCall) {
-	if !fc.c.unregister(fc.corr) {
+	if !fc.l.unregister(fc.corr) {
 		<-fc.done
 	}
 	k.freeCall(fc)
@@ -286,8 +286,8 @@ func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, n
 	isWire := errors.As(err, &we) && !errors.Is(err, ErrConnectionLost)
 	switch {
 	case errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) || (isWire && we.Code.Fatal()):
-		if k.owned && !errors.Is(err, ErrClosed) {
-			return false // the supervisor redials
+		if !errors.Is(err, ErrClosed) {
+			return false // the supervisor starts again on the next connection
 		}
 		k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: %w", k.topic, p.id, err))
 		return false

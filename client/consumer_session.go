@@ -2,29 +2,28 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/lightq/lightq/wire"
 )
 
-// Sessions: a consumer made by NewConsumer runs one on its connection for its whole life; a
-// DialConsumer's supervisor starts a new one on every reconnect, after dropping what the old
-// one had queued.
+// Sessions: a consumer runs one session of fetchers per connection of its Conn. When the
+// connection breaks (the Conn then reconnects by itself), the supervisor stops the fetchers,
+// drops what they had queued, and starts a new session on the next connection from the
+// positions.
 
 // session is one connection's set of fetchers.
 type session struct {
 	c      *Conn
+	l      *link // the connection the fetchers send on
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// startSession starts one fetcher per partition on c.
-func (k *Consumer) startSession(c *Conn) *session {
-	s := &session{c: c}
+// startSession starts one fetcher per partition on connection l of c.
+func (k *Consumer) startSession(c *Conn, l *link) *session {
+	s := &session{c: c, l: l}
 	s.ctx, s.cancel = context.WithCancel(k.ctx)
 	for _, p := range k.parts {
 		s.wg.Add(1)
@@ -39,59 +38,34 @@ func (s *session) stop() {
 	s.wg.Wait()
 }
 
-// supervise runs the sessions of a reconnecting consumer: when the connection breaks, it
-// stops the fetchers, drops what they had queued, redials and starts again from the
-// positions.
+// supervise runs the consumer's sessions: when a connection breaks, it stops the fetchers,
+// drops what they had queued, waits for the Conn to reconnect and starts again from the
+// positions. Failed reconnect attempts are reported to OnError. The consumer fails when the
+// Conn ends (closed by its owner, or a reconnect refused for good).
 func (k *Consumer) supervise(c *Conn) {
 	defer k.wg.Done()
+	defer c.watch(func(err error, wait time.Duration) {
+		k.report(fmt.Errorf("lightq: consumer of %s: redial in %v: %w", k.topic, wait.Round(time.Millisecond), err))
+	})()
 	for {
-		s := k.startSession(c)
+		l, err := c.awaitLink(k.ctx)
+		if err != nil {
+			if k.ctx.Err() == nil {
+				k.enqueueFatal(nil, fmt.Errorf("lightq: consumer of %s: redial: %w", k.topic, err))
+			}
+			return
+		}
+		s := k.startSession(c, l)
 		select {
-		case <-c.Done():
+		case <-l.done:
 		case <-k.ctx.Done():
 		}
 		s.stop()
 		if k.ctx.Err() != nil {
 			return
 		}
-		k.report(fmt.Errorf("lightq: consumer of %s: reconnecting: %w", k.topic, c.Err()))
-		c.Close()
+		k.report(fmt.Errorf("lightq: consumer of %s: reconnecting: %w", k.topic, l.cause()))
 		k.dropQueued()
-		if c = k.redial(); c == nil {
-			return
-		}
-		k.connMu.Lock()
-		k.conn = c
-		k.connMu.Unlock()
-	}
-}
-
-// redial dials until it succeeds, the consumer ends (nil), or the broker refuses the
-// credentials (a fatal error, nil).
-func (k *Consumer) redial() *Conn {
-	backoff := 50 * time.Millisecond
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		c, err := Dial(k.ctx, k.addr, k.dopts)
-		if err == nil {
-			return c
-		}
-		if k.ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) {
-			k.enqueueFatal(nil, fmt.Errorf("lightq: consumer of %s: redial: %w", k.topic, err))
-			return nil
-		}
-		k.report(fmt.Errorf("lightq: consumer of %s: redial in %v: %w", k.topic, backoff, err))
-		t.Reset(backoff)
-		select {
-		case <-t.C:
-		case <-k.ctx.Done():
-			return nil
-		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -14,7 +14,7 @@ type call struct {
 	err  error
 }
 
-func (cl *call) respond(body []byte, err error) {
+func (cl *call) respond(_ uint32, body []byte, err error) {
 	if err == nil {
 		cl.body = append([]byte(nil), body...)
 	}
@@ -30,19 +30,37 @@ func (c *Conn) withTimeout(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, c.opts.RequestTimeout)
 }
 
-// roundTrip sends one request and waits for its answer: the response body, or the broker's
-// *wire.Error, or the context's or the connection's error. When the context ends first the
-// slot is dropped and a late answer is discarded.
+// roundTrip sends one request on the working connection (waiting for a reconnect in progress)
+// and waits for its answer: the response body, or the broker's *wire.Error, or the context's
+// or the connection's error. A request in flight when the connection breaks fails with an
+// error wrapping ErrConnectionLost; it is not sent again, since it may have been carried out.
 func (c *Conn) roundTrip(ctx context.Context, op wire.Op, body []byte) ([]byte, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	cl := &call{done: make(chan struct{})}
-	corr := c.nextCorr()
-	if err := c.register(corr, op, cl); err != nil {
+	l, err := c.awaitLink(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.writeFrame(op, corr, body); err != nil {
-		if c.unregister(corr) {
+	return c.exchange(ctx, l, op, body, false)
+}
+
+// exchange sends one request on link l and waits for its answer. When the context ends first
+// the slot is dropped and a late answer is discarded. direct writes straight to the socket
+// (the handshake, before l is installed).
+func (c *Conn) exchange(ctx context.Context, l *link, op wire.Op, body []byte, direct bool) ([]byte, error) {
+	cl := &call{done: make(chan struct{})}
+	corr := c.nextCorr()
+	if err := l.register(corr, op, cl); err != nil {
+		return nil, err
+	}
+	var err error
+	if direct {
+		err = l.writeDirect(op, corr, body)
+	} else {
+		err = c.writeFrame(l, op, corr, body)
+	}
+	if err != nil {
+		if l.unregister(corr) {
 			return nil, err
 		}
 		<-cl.done
@@ -52,7 +70,7 @@ func (c *Conn) roundTrip(ctx context.Context, op wire.Op, body []byte) ([]byte, 
 	case <-cl.done:
 		return cl.body, cl.err
 	case <-ctx.Done():
-		if c.unregister(corr) {
+		if l.unregister(corr) {
 			return nil, ctx.Err()
 		}
 		<-cl.done // the answer is being delivered right now
