@@ -35,8 +35,9 @@ Connection and credentials:
                           defaults to ` + brokeraddr.DefaultPort + `)
   -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
                           sasl.username, sasl.password, client.id,
-                          socket.connection.setup.timeout.ms; topic create takes topic
-                          options too. An unknown key is an error.
+                          socket.connection.setup.timeout.ms, delivery.timeout.ms (or
+                          message.timeout.ms); topic create takes topic options too. An
+                          unknown key is an error.
   --user U --password P   a topic user (default $LIGHTQ_USER, $LIGHTQ_PASSWORD)
   --admin-user U --admin-password P
                           the admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
@@ -61,7 +62,11 @@ Produce (-P):
   --acks L   none, written (default) or durable
   Lines stream: stdin is never read whole. A line longer than the broker's MaxMessage fails
   alone. lqcat ends by flushing; failures are reported on stderr and the exit code is
-  non-zero when any message was not acknowledged.
+  non-zero when any message was not acknowledged. When the broker restarts (or the
+  connection breaks), lqcat reconnects by itself and sends again what was not acknowledged,
+  in order per partition; a message not acknowledged within the delivery timeout (default
+  2 minutes, -X delivery.timeout.ms=MS) fails, saying whether it may have been stored. Until
+  the broker deduplicates, a message whose acknowledgement was lost may be stored twice.
   Unlike kcat, FILE arguments are read line by line like stdin, and -l sends each FILE as one
   message (kcat does the reverse).
 
@@ -137,9 +142,10 @@ type common struct {
 	adminUser, adminPassword string
 	json, quiet, verbose     bool
 	timeout                  time.Duration
-	clientName               string   // -X client.id; "lqcat" when empty
-	x                        listFlag // -X key=value: client options (see clientOptions), else topic options
-	topicOptions             []string // the -X values that are not client options, after resolve
+	clientName               string        // -X client.id; "lqcat" when empty
+	deliveryTimeout          time.Duration // -X delivery.timeout.ms; the client's default when 0
+	x                        listFlag      // -X key=value: client options (see clientOptions), else topic options
+	topicOptions             []string      // the -X values that are not client options, after resolve
 	// creatingTopic is set by topic create, where -X may be a topic option too and
 	// --user/--password (or the environment's) name the new topic's user rather than a login.
 	creatingTopic bool
