@@ -144,7 +144,7 @@ func TestProduceSurvivesRestarts(t *testing.T) {
 	}
 	write(0, n/3)
 	waitStored(n / 6)
-	r.stop(false) // as SIGTERM: answers what it stored, then SHUTTING_DOWN
+	r.stop(false)   // as SIGTERM: answers what it stored, then SHUTTING_DOWN
 	write(n/3, n/2) // lqcat takes these while it reconnects
 	r.start()
 	write(n/2, 2*n/3)
