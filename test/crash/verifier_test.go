@@ -56,8 +56,8 @@ type msgRec struct {
 	off     int64  // acked offset
 	size    int32
 	cycle   int32 // the cycle it was sent in
-	part    int8 // partition the message was sent to
-	ackPart int8 // partition of the ack
+	part    int8  // partition the message was sent to
+	ackPart int8  // partition of the ack
 	status  status
 
 	// Verification bookkeeping (test goroutine only).
@@ -132,11 +132,11 @@ type liveRead struct {
 type history struct {
 	noDuplicates bool // a message stored twice is a violation (requireNoDuplicates)
 	commits      *commitHist
-	seed    maphash.Seed
-	prods   map[uint32]*prodHist
-	offsets [partitions][]offEntry
-	hw      [partitions]int64 // high watermarks of the last verification
-	pass    uint32
+	seed         maphash.Seed
+	prods        map[uint32]*prodHist
+	offsets      [partitions][]offEntry
+	hw           [partitions]int64 // high watermarks of the last verification
+	pass         uint32
 }
 
 func newHistory(seed maphash.Seed) *history {
