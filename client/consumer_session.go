@@ -64,6 +64,12 @@ func (k *Consumer) supervise(c *Conn) {
 		if k.ctx.Err() != nil {
 			return
 		}
+		if err := c.Err(); err != nil {
+			// The Conn ended (closed by its owner, or a reconnect refused): what was fetched
+			// is still consumed, then Each returns the error.
+			k.enqueueFatal(nil, fmt.Errorf("lightq: consumer of %s: %w", k.topic, err))
+			return
+		}
 		k.report(fmt.Errorf("lightq: consumer of %s: reconnecting: %w", k.topic, l.cause()))
 		k.dropQueued()
 	}

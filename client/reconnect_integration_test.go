@@ -230,3 +230,46 @@ func itCheckLog(t *testing.T, c *client.Conn, topic string, parts int, acks []cl
 }
 
 var _ = context.Background
+
+// A consumer made with NewConsumer on a shared Conn resumes at its positions after the Conn
+// reconnects, like a DialConsumer: nothing skipped, nothing delivered twice.
+func TestIntegrationNewConsumerSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	r := startRestartable(t)
+	admin := itDial(t, r.srv.Addr(), itAdminUser, itAdminPass)
+	ckDurable(t, admin, "dur", 2)
+	c := itDial(t, r.proxy.Addr(), itUser, itPass)
+	const n = 3000
+	var acks []client.Ack
+	ckProduce(t, c, client.ProducerOptions{Topic: "dur", BatchBytes: 4 << 10}, 0, n, &acks, nil)
+	var emu sync.Mutex
+	var reported []error
+	k, err := c.NewConsumer(itCtx(t), client.ConsumerOptions{Topic: "dur", MaxBytes: 8 << 10, Prefetch: 32 << 10,
+		OnError: func(err error) { emu.Lock(); reported = append(reported, err); emu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	var got []itRecord
+	restarted := false
+	err = k.Each(itCtx(t), func(m *client.Received) error {
+		got = append(got, copyReceived(m))
+		if len(got) == n/3 && !restarted {
+			restarted = true
+			r.restart(true)
+		}
+		if len(got) == n {
+			return errItDone
+		}
+		return nil
+	})
+	if !errors.Is(err, errItDone) {
+		t.Fatalf("Each: %v after %d records", err, len(got))
+	}
+	ckVerify(t, got, acks, ckRange(0, n))
+	emu.Lock()
+	defer emu.Unlock()
+	if len(reported) == 0 || !errors.Is(reported[0], client.ErrConnectionLost) {
+		t.Errorf("OnError got %v, want the connection loss", reported)
+	}
+}

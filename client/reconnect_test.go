@@ -18,12 +18,6 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// waitConnected waits until c has a working connection again.
-func waitConnected(t *testing.T, c *client.Conn) {
-	t.Helper()
-	waitFor(t, func() bool { ok, _ := c.Connected(); return ok })
-}
-
 func TestConnectionLossFailsRequestsThenReconnects(t *testing.T) {
 	fb := startFake(t)
 	fb.AddTopic("a", 1)
