@@ -852,6 +852,20 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			var restart time.Duration
 			b, admin, restart = startBroker(t, bin, dataDir)
 			sum.restarts = append(sum.restarts, restart)
+			// Check the cut before the producers come back and append again.
+			garbageNote := ""
+			for _, g := range gs {
+				sum.garbageApplied++
+				if err := checkGarbageCut(g); err != nil {
+					t.Errorf("cycle %d partition %d: %v; log:\n%s", cycle, g.part, err, b.log.tail(4000))
+				} else {
+					sum.garbageCut++
+				}
+				garbageNote += fmt.Sprintf(" p%d+%dB(%s)", g.part, len(g.bytes), g.kind)
+			}
+			if garbageNote != "" {
+				garbageNote = "; garbage" + garbageNote
+			}
 			proxy.SetBackend(b.addr)
 			fds, ferr := countFDs(b.pid)
 			nsegs := 0
@@ -899,19 +913,6 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			r.indetPresent = st.indeterminatePresent(cycle)
 			sum.add(r.counts)
 
-			garbageNote := ""
-			for _, g := range gs {
-				sum.garbageApplied++
-				if err := checkGarbageCut(g); err != nil {
-					t.Errorf("cycle %d partition %d: %v; log:\n%s", cycle, g.part, err, b.log.tail(4000))
-				} else {
-					sum.garbageCut++
-				}
-				garbageNote += fmt.Sprintf(" p%d+%dB(%s)", g.part, len(g.bytes), g.kind)
-			}
-			if garbageNote != "" {
-				garbageNote = "; garbage" + garbageNote
-			}
 			t.Logf("cycle %2d: killed after %4dms; attempted %5d acked %5d failed %d unsent %d indeterminate %3d (present %3d); live read %5d; commits sent %d acked %d; restart %6.1fms, %d fds, %d segments; hw %v%s",
 				cycle, killAfter.Milliseconds(), r.attempted, r.acked, r.failed, r.unsent, r.indeterminate, r.indetPresent,
 				r.liveRead, r.commitsSent, r.commitsAcked, ms(restart), fds, nsegs, st.hw, garbageNote)
