@@ -396,8 +396,8 @@ func (c *Conn) writeFrame(l *link, op wire.Op, corr uint32, body []byte) error {
 }
 
 // watch registers f to be told about every failed reconnect attempt, with the wait before
-// the next one, on the reconnecting goroutine (f must not block). It returns the function
-// that unregisters f.
+// the next one, on the reconnecting goroutine: f must not block nor close the Conn (Close
+// waits for that goroutine). It returns the function that unregisters f.
 func (c *Conn) watch(f func(err error, retryIn time.Duration)) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

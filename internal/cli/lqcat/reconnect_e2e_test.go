@@ -126,11 +126,28 @@ func TestProduceSurvivesRestarts(t *testing.T) {
 		code := Main(ctx, []string{"-P", "-t", "events"}, func(k string) string { return e.vars[k] }, pr, &out, &errb)
 		done <- result{out.String(), errb.String(), code}
 	}()
-	write := func(from, to int) {
-		for i := from; i < to; i++ {
-			if _, err := fmt.Fprintf(pw, "line-%06d\n", i); err != nil {
-				t.Fatal(err)
+	// One writer, pausing at n/3 and 2n/3 until the test has restarted the broker. While the
+	// broker is down, lqcat keeps reading lines up to its producer's memory bound.
+	resume := make(chan struct{})
+	writeErr := make(chan error, 1)
+	go func() {
+		defer pw.Close()
+		for i := 0; i < n; i++ {
+			if i == n/3 || i == 2*n/3 {
+				<-resume
 			}
+			if _, err := fmt.Fprintf(pw, "line-%06d\n", i); err != nil {
+				writeErr <- err
+				return
+			}
+		}
+		writeErr <- nil
+	}()
+	next := func() {
+		select {
+		case resume <- struct{}{}:
+		case res := <-done:
+			t.Fatalf("lqcat -P ended early: exit %d\nstderr: %s", res.code, res.err)
 		}
 	}
 	waitStored := func(k uint64) {
@@ -142,17 +159,17 @@ func TestProduceSurvivesRestarts(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	write(0, n/3)
 	waitStored(n / 6)
-	r.stop(false)   // as SIGTERM: answers what it stored, then SHUTTING_DOWN
-	write(n/3, n/2) // lqcat takes these while it reconnects
+	r.stop(false) // as SIGTERM: answers what it stored, then SHUTTING_DOWN
 	r.start()
-	write(n/2, 2*n/3)
-	waitStored(1) // the new broker has lqcat's re-sent or new messages
-	r.stop(true)  // as kill -9, seen from the client
+	next()
+	waitStored(n / 6) // the new broker has lqcat's re-sent and new messages
+	r.stop(true)      // as kill -9, seen from the client
 	r.start()
-	write(2*n/3, n)
-	pw.Close()
+	next()
+	if err := <-writeErr; err != nil {
+		t.Fatal(err)
+	}
 	res := <-done
 	if res.code != 0 {
 		t.Fatalf("lqcat -P: exit %d\nstderr: %s", res.code, res.err)
