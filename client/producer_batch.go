@@ -170,9 +170,7 @@ func (p *Producer) flushLocked() {
 // (ErrConnectionLost, ErrClosed, a code that closes it) is not an answer: the flusher sees
 // the connection fail and sends the batch again on the next one.
 func (b *prodBatch) respond(corr uint32, body []byte, err error) {
-	var we *wire.Error
-	if err != nil && (errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) ||
-		(errors.As(err, &we) && we.Code.Fatal())) {
+	if err != nil && connectionEnd(err) {
 		return
 	}
 	base, par := int64(-1), b.partition
@@ -187,6 +185,25 @@ func (b *prodBatch) respond(corr uint32, body []byte, err error) {
 	b.p.answer(b, corr, base, par, err)
 }
 
+// connectionEnd reports whether err is the end of the connection rather than an answer.
+func connectionEnd(err error) bool {
+	if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) {
+		return true
+	}
+	we := wireError(err)
+	return we != nil && we.Code.Fatal()
+}
+
+// wireError returns the broker's error in err, or nil. Keeping errors.As out of the callers
+// keeps their success path free of the allocation its target costs.
+func wireError(err error) *wire.Error {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return nil
+}
+
 // answer records the broker's answer to attempt corr of b, unless a later attempt replaced
 // it (after a reconnect) or b already has its outcome.
 func (p *Producer) answer(b *prodBatch, corr uint32, base int64, par int32, err error) {
@@ -196,11 +213,14 @@ func (p *Producer) answer(b *prodBatch, corr uint32, base int64, par int32, err 
 		return
 	}
 	b.corr, b.link = 0, nil
-	var we *wire.Error
+	var we *wire.Error // looked up only for an error: errors.As would move it to the heap
+	if err != nil {
+		we = wireError(err)
+	}
 	switch {
 	case err == nil:
 		p.completeLocked(b, base, par, nil)
-	case errors.As(err, &we) && refusalOf(we.Code).retry:
+	case we != nil && refusalOf(we.Code).retry:
 		b.state, b.lastErr = stRefused, err
 		b.uncertain = b.uncertain || refusalOf(we.Code).maybe
 		q := &p.queues[b.partition]
