@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -20,13 +18,17 @@ import (
 const Version = "0.1.0"
 
 // Errors of the client itself. Errors reported by the broker are *wire.Error values; test them
-// with errors.Is(err, &wire.Error{Code: wire.CodeX}) or errors.As.
+// with errors.Is(err, &wire.Error{Code: wire.CodeX}) or errors.As. A produced message that
+// fails gets a *ProduceError, which also says whether it may have been stored (errors.go).
 var (
 	// ErrClosed is returned by operations on a Conn, Producer or Subscription that was closed
 	// by its owner, and given to requests and callbacks still pending at that moment.
 	ErrClosed = errors.New("lightq: closed")
-	// ErrConnectionLost wraps the cause when the connection breaks: an I/O error, a fatal
-	// broker error (also wrapped, so errors.Is finds its code) or a protocol violation.
+	// ErrConnectionLost wraps the cause when a connection breaks: an I/O error, a broker error
+	// that closes the connection (also wrapped, so errors.Is finds its code) or a protocol
+	// violation. Requests that were waiting for an answer fail with it, and subscriptions end
+	// with it; the Conn reconnects by itself, so the request may be sent again (a Producer
+	// re-sends its batches itself). Conn.Err wraps it too once the Conn has given up.
 	ErrConnectionLost = errors.New("lightq: connection lost")
 	// ErrProtocol marks a broker answer the client cannot make sense of. The connection is
 	// closed after it, because the byte stream can no longer be trusted.
@@ -46,8 +48,8 @@ type Options struct {
 	// clear.
 	TLS *TLSOptions
 
-	// DialTimeout bounds the TCP connect plus the HELLO and AUTH exchange when the Dial
-	// context has no earlier deadline. Default 5s.
+	// DialTimeout bounds the TCP connect plus the HELLO and AUTH exchange, of Dial (when its
+	// context has no earlier deadline) and of every reconnect attempt. Default 5s.
 	DialTimeout time.Duration
 	// RequestTimeout bounds a request whose context has no deadline, and every socket write.
 	// Default 30s.
@@ -64,7 +66,8 @@ type Options struct {
 	KeepAlive time.Duration
 
 	// Logger receives events that no caller is waiting for (an ERROR frame nobody can be
-	// given, a DELIVER for an unknown subscription). Nil logs nothing.
+	// given, a DELIVER for an unknown subscription, a lost connection and each reconnect
+	// attempt). Nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -86,66 +89,57 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Conn is one authenticated connection to a broker. All its methods are safe for concurrent
-// use; requests from several goroutines are pipelined on the one socket and matched to their
-// answers by correlation id.
+// Conn is a connection to a broker that reconnects by itself. All its methods are safe for
+// concurrent use; requests from several goroutines are pipelined on the one socket and matched
+// to their answers by correlation id.
+//
+// When the socket breaks (the broker restarts, is killed, shuts down, or the network fails),
+// the requests waiting for an answer fail with an error wrapping ErrConnectionLost and
+// subscriptions end with it; the Conn then dials again with backoff (50 ms doubling to 2 s,
+// with jitter) and logs in again, until it succeeds or is closed. Requests made meanwhile
+// wait for the new connection (bounded by their context, or RequestTimeout); Producers re-send
+// what was not acknowledged, and consumers resume at their positions. The Conn gives up only
+// when the broker refuses the credentials on a reconnect (AUTH_FAILED): Done is closed and Err
+// says why.
 type Conn struct {
-	nc     net.Conn
-	opts   Options
-	limits wire.Limits
-	role   wire.Role
-	broker string
+	opts Options
+	open func(context.Context) (net.Conn, error) // dials a new socket (Dial: TCP to the address)
 
-	maxFrame atomic.Int64 // limit the reader checks every frame length against
-	corr     atomic.Uint32
+	corr atomic.Uint32
 
-	// wmu guards the buffered writer; whoever holds it writes whole frames only.
+	// ctx ends at Close or when the Conn gives up: it cancels a reconnect in progress.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// wmu guards the writer: whoever holds it writes whole frames to wl through bw.
 	wmu sync.Mutex
+	wl  *link // the connection bw writes to
+	bw  *bufio.Writer
 	// writes counts the frames written (under wmu), so keepAlive can tell an idle connection.
 	writes uint64
-	bw     *bufio.Writer
 	whdr   [wire.HeaderSize]byte
 
-	// mu guards everything below.
+	// mu guards everything below and the fields of each link marked "guarded by Conn.mu".
 	mu      sync.Mutex
-	err     error // terminal: set once, by fail
-	pending map[uint32]pendingEntry
-	subs    map[uint32]*Subscription
-	oneWay  [oneWaySlots]oneWayEntry
-	oneWayN int
+	cur     *link         // the working connection; nil while reconnecting and at the end
+	lastErr error         // why the last connection, or the last reconnect attempt, failed
+	err     error         // terminal: set once, by Close or a refused login on a reconnect
+	up      chan struct{} // closed when cur is set again or at the end; replaced at each loss
+	limits  wire.Limits
+	role    wire.Role
+	broker  string
+	// watchers are told about each failed reconnect attempt (DialConsumer reports them).
+	watchers  map[int]func(err error, retryIn time.Duration)
+	nextWatch int
 
-	done       chan struct{} // closed by fail, with err set
-	readerDone chan struct{}
+	done chan struct{}  // closed with err
+	bg   sync.WaitGroup // readers, the reconnector, the keep-alive
 }
-
-// responder receives the outcome of one request: the response body (valid only during the
-// call, which runs on the reader goroutine and must not block) or an error, never both.
-type responder interface {
-	respond(body []byte, err error)
-}
-
-type pendingEntry struct {
-	op wire.Op
-	r  responder
-}
-
-// oneWayOwner is told about an ERROR frame answering a frame that expects no response
-// (PRODUCE with AcksNone, CREDIT).
-type oneWayOwner interface {
-	oneWayError(err *wire.Error)
-}
-
-type oneWayEntry struct {
-	corr  uint32
-	owner oneWayOwner
-}
-
-// oneWaySlots is how many recent one-way frames an ERROR can still be attributed to.
-const oneWaySlots = 1024
 
 // Dial connects to the broker at addr, sends HELLO and AUTH, and returns the ready connection.
 // A refusal by the broker is returned as the *wire.Error it sent, for example
-// errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) for a wrong password.
+// errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) for a wrong password. Dial itself
+// does not retry a failed connect: the Conn reconnects only once it has been connected.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	if opts.TLS != nil {
 		return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) { return dialTLS(ctx, addr, opts.TLS) })
@@ -160,31 +154,37 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	})
 }
 
-// dial opens a connection with open and runs the handshake on it, both within DialTimeout.
-// Tests open in-memory pipes with it instead of TCP connections.
+// dial makes a Conn whose sockets open makes, and connects it. Tests open in-memory pipes
+// with it instead of TCP connections.
 func dial(ctx context.Context, opts Options, open func(context.Context) (net.Conn, error)) (*Conn, error) {
 	opts.setDefaults()
-	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
-	defer cancel()
-	nc, err := open(ctx)
+	c := &Conn{
+		opts: opts, open: open, limits: wire.DefaultLimits(),
+		bw: bufio.NewWriterSize(nil, opts.WriteBufferSize),
+		up: make(chan struct{}), done: make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	l, err := c.connect(ctx)
 	if err != nil {
+		c.terminate(ErrClosed)
 		return nil, err
 	}
-	c := newConn(nc, opts)
-	if err := c.handshake(ctx); err != nil {
-		c.Close()
-		return nil, err
+	if !c.install(l) {
+		c.terminate(ErrClosed)
+		return nil, lost(l.cause())
 	}
 	if opts.KeepAlive > 0 {
+		c.bg.Add(1)
 		go c.keepAlive(opts.KeepAlive)
 	}
 	return c, nil
 }
 
 // keepAlive sends a PING whenever a whole interval passed without a frame written, until the
-// connection fails or closes. A failed PING needs no handling here: it fails the connection,
-// which every caller then sees.
+// Conn ends. A PING that fails needs no handling here: a broken socket fails its connection,
+// which every caller sees, and the Conn reconnects.
 func (c *Conn) keepAlive(every time.Duration) {
+	defer c.bg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last := uint64(0)
@@ -197,9 +197,9 @@ func (c *Conn) keepAlive(every time.Duration) {
 		c.wmu.Lock()
 		n := c.writes
 		c.wmu.Unlock()
-		if n == last {
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
-			_, _ = c.Ping(ctx) // a failure fails the connection (see above)
+		if ok, _ := c.Connected(); n == last && ok {
+			ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+			_, _ = c.Ping(ctx)
 			cancel()
 			c.wmu.Lock()
 			n = c.writes
@@ -209,133 +209,81 @@ func (c *Conn) keepAlive(every time.Duration) {
 	}
 }
 
-func newConn(nc net.Conn, opts Options) *Conn {
-	c := &Conn{
-		nc:         nc,
-		opts:       opts,
-		limits:     wire.DefaultLimits(),
-		bw:         bufio.NewWriterSize(nc, opts.WriteBufferSize),
-		pending:    make(map[uint32]pendingEntry),
-		subs:       make(map[uint32]*Subscription),
-		done:       make(chan struct{}),
-		readerDone: make(chan struct{}),
-	}
-	c.maxFrame.Store(int64(c.limits.MaxFrame))
-	go c.readLoop(bufio.NewReaderSize(nc, opts.ReadBufferSize))
-	return c
+// Limits returns the limits the broker announced in its HELLO response (the latest one, after
+// a reconnect).
+func (c *Conn) Limits() wire.Limits {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limits
 }
-
-func (c *Conn) handshake(ctx context.Context) error {
-	hello := wire.Hello{ClientName: c.opts.ClientName, ClientVersion: "lightq-go/" + Version}
-	body, err := c.roundTrip(ctx, wire.OpHello, hello.AppendTo(nil))
-	if err != nil {
-		return handshakeErr("HELLO", explainTLSRefusal(err))
-	}
-	var hr wire.HelloResponse
-	if err := hr.Decode(body); err != nil {
-		return fmt.Errorf("%w: HELLO response: %w", ErrProtocol, err)
-	}
-	if err := hr.Limits.Validate(); err != nil {
-		return fmt.Errorf("%w: broker announced bad limits: %v", ErrProtocol, err)
-	}
-	c.limits = hr.Limits
-	c.broker = hr.BrokerVersion
-	c.maxFrame.Store(int64(hr.Limits.MaxFrame))
-
-	body, err = c.authenticate(ctx)
-	if err != nil {
-		return handshakeErr("AUTH", err)
-	}
-	var ar wire.AuthResponse
-	if err := ar.Decode(body); err != nil {
-		return fmt.Errorf("%w: AUTH response: %w", ErrProtocol, err)
-	}
-	c.role = ar.Role
-	return nil
-}
-
-// authenticate sends AUTH, again while the broker answers RESOURCE_LIMIT: it bounds the
-// logins it verifies at once (PROTOCOL.md 4.2), so a service that opens many connections at
-// start gets some of them refused until the first login has been verified, after which the
-// others are answered from the broker's cache. The connection stays open across such an
-// answer; the retries back off from 10 ms to 500 ms, with jitter, until ctx (DialTimeout) ends.
-func (c *Conn) authenticate(ctx context.Context) ([]byte, error) {
-	auth := wire.Auth{User: c.opts.User, Password: c.opts.Password}
-	req := auth.AppendTo(nil)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
-		body, err := c.roundTrip(ctx, wire.OpAuth, req)
-		if !errors.Is(err, &wire.Error{Code: wire.CodeResourceLimit}) {
-			return body, err
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-	}
-}
-
-// handshakeErr returns broker refusals as they are and names the step otherwise.
-func handshakeErr(step string, err error) error {
-	var we *wire.Error
-	if errors.As(err, &we) && !errors.Is(err, ErrConnectionLost) {
-		return we
-	}
-	return fmt.Errorf("lightq: %s: %w", step, err)
-}
-
-// Limits returns the limits the broker announced in its HELLO response.
-func (c *Conn) Limits() wire.Limits { return c.limits }
 
 // Role returns the role the broker granted at AUTH.
-func (c *Conn) Role() wire.Role { return c.role }
+func (c *Conn) Role() wire.Role {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.role
+}
 
 // BrokerVersion returns the version string the broker sent in its HELLO response.
-func (c *Conn) BrokerVersion() string { return c.broker }
+func (c *Conn) BrokerVersion() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broker
+}
 
-// Done is closed when the connection is closed or broken; Err then tells why.
+// Done is closed when the Conn is closed or has given up reconnecting; Err then tells why. A
+// connection that breaks and is being reconnected does not close it (see Connected).
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// Err returns nil while the connection works, ErrClosed after Close, and an error wrapping
-// ErrConnectionLost after a failure.
+// Err returns nil while the Conn works or reconnects, ErrClosed after Close, and an error
+// wrapping ErrConnectionLost and the broker's refusal once a reconnect was refused for good.
 func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
-// Close closes the connection. Pending requests, producer callbacks and subscriptions fail
-// with ErrClosed. It is idempotent and safe to call from any goroutine, including producer
-// callbacks; it waits for the reader goroutine to exit.
+// Connected reports whether the Conn has a working connection now. While it reconnects it
+// returns false and why the last connection or reconnect attempt failed.
+func (c *Conn) Connected() (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false, c.err
+	}
+	return c.cur != nil, c.lastErr
+}
+
+// Close closes the connection and stops reconnecting. Pending requests, producer callbacks
+// and subscriptions fail with ErrClosed. It is idempotent and safe to call from any goroutine,
+// including producer callbacks; it waits for the client's goroutines of this Conn to exit.
 func (c *Conn) Close() error {
-	c.fail(ErrClosed)
-	<-c.readerDone
+	c.terminate(ErrClosed)
+	c.bg.Wait()
 	return nil
 }
 
-// fail makes err the connection's terminal error (the first call wins), closes the socket and
-// hands err to every pending request and subscription, each exactly once.
-func (c *Conn) fail(err error) {
+// terminate makes err the Conn's terminal error (the first call wins), stops reconnecting and
+// fails the current connection with it.
+func (c *Conn) terminate(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return
 	}
 	c.err = err
-	pending, subs := c.pending, c.subs
-	c.pending, c.subs = nil, nil
-	c.oneWay = [oneWaySlots]oneWayEntry{}
+	l := c.cur
+	c.cur = nil
 	close(c.done)
-	c.mu.Unlock()
-
-	_ = c.nc.Close()
-	for _, p := range pending {
-		p.r.respond(nil, err)
+	select {
+	case <-c.up:
+	default:
+		close(c.up) // whoever waits for a connection sees the end
 	}
-	for _, s := range subs {
-		s.fail(err)
+	c.mu.Unlock()
+	c.cancel()
+	if l != nil {
+		c.failLink(l, err)
 	}
 }
 
@@ -351,49 +299,62 @@ func (c *Conn) nextCorr() uint32 {
 	}
 }
 
-// register records r as waiting for the answer to corr, unless the connection is down.
-func (c *Conn) register(corr uint32, op wire.Op, r responder) error {
+// current returns the working connection, or nil while reconnecting, with the channel closed
+// when that changes (a new connection, or the end) and the terminal error.
+func (c *Conn) current() (*link, <-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
-		return c.err
+	return c.cur, c.up, c.err
+}
+
+// awaitLink returns the working connection, waiting for a reconnect in progress until ctx
+// ends.
+func (c *Conn) awaitLink(ctx context.Context) (*link, error) {
+	for {
+		l, up, err := c.current()
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			return l, nil
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			_, last := c.Connected()
+			if last == nil {
+				return nil, fmt.Errorf("lightq: reconnecting: %w", ctx.Err())
+			}
+			return nil, fmt.Errorf("lightq: reconnecting (%v): %w", last, ctx.Err())
+		}
 	}
-	c.pending[corr] = pendingEntry{op: op, r: r}
-	return nil
 }
 
-// unregister removes corr's slot. It reports false when the slot was already taken by a
-// response or a failure, in which case its responder has been or is being called.
-func (c *Conn) unregister(corr uint32) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.pending[corr]; !ok {
-		return false
-	}
-	delete(c.pending, corr)
-	return true
-}
-
-// registerOneWay remembers who sent the one-way frame corr, so that an ERROR for it can be
-// reported. Only the last oneWaySlots such frames are remembered.
-func (c *Conn) registerOneWay(corr uint32, owner oneWayOwner) {
-	c.mu.Lock()
-	c.oneWay[c.oneWayN%oneWaySlots] = oneWayEntry{corr: corr, owner: owner}
-	c.oneWayN++
-	c.mu.Unlock()
-}
-
-// beginWrite locks the writer and arms the write deadline. The caller writes whole frames to
-// c.bw and then calls endWrite.
-func (c *Conn) beginWrite() error {
+// beginWrite locks the writer for connection l and arms the write deadline. It fails, without
+// the lock, when l has failed or is no longer the one written to. The caller writes whole
+// frames to c.bw and then calls endWrite.
+func (c *Conn) beginWrite(l *link) error {
 	c.wmu.Lock()
-	if err := c.Err(); err != nil {
+	c.mu.Lock()
+	err := l.err
+	switch {
+	case err != nil:
+	case l.werr != nil:
+		err = lost(l.werr)
+	case c.wl != l:
+		err = lost(errReplaced)
+	}
+	c.mu.Unlock()
+	if err != nil {
 		c.wmu.Unlock()
 		return err
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.RequestTimeout))
+	_ = l.nc.SetWriteDeadline(time.Now().Add(c.opts.RequestTimeout))
 	return nil
 }
+
+// errReplaced: a write meant for a connection that a reconnect has replaced.
+var errReplaced = errors.New("connection replaced by a reconnect")
 
 // flushMode says whether endWrite pushes the buffered frames to the socket.
 type flushMode uint8
@@ -403,17 +364,16 @@ const (
 	flushLater                  // it waits in the buffer for a later flush (producer batching)
 )
 
-// endWrite flushes (with flushNow) and unlocks the writer. A write error breaks the
-// connection: a partial frame cannot be taken back.
-func (c *Conn) endWrite(werr error, flush flushMode) error {
+// endWrite flushes (with flushNow) and unlocks the writer. A write error breaks connection l:
+// a partial frame cannot be taken back.
+func (c *Conn) endWrite(l *link, werr error, flush flushMode) error {
 	if werr == nil && flush == flushNow {
 		werr = c.bw.Flush()
 	}
 	c.writes++
 	c.wmu.Unlock()
 	if werr != nil {
-		c.fail(lost(werr))
-		return c.Err()
+		return c.writeFailed(l, werr)
 	}
 	return nil
 }
@@ -428,13 +388,13 @@ func (c *Conn) writeVectored(v *net.Buffers) error {
 			return err
 		}
 	}
-	_, err := v.WriteTo(c.nc)
+	_, err := v.WriteTo(c.wl.nc)
 	return err
 }
 
-// writeFrame writes one frame and flushes it.
-func (c *Conn) writeFrame(op wire.Op, corr uint32, body []byte) error {
-	if err := c.beginWrite(); err != nil {
+// writeFrame writes one frame on connection l and flushes it.
+func (c *Conn) writeFrame(l *link, op wire.Op, corr uint32, body []byte) error {
+	if err := c.beginWrite(l); err != nil {
 		return err
 	}
 	wire.PutHeader(c.whdr[:], op, 0, corr, len(body))
@@ -442,126 +402,26 @@ func (c *Conn) writeFrame(op wire.Op, corr uint32, body []byte) error {
 	if err == nil {
 		_, err = c.bw.Write(body)
 	}
-	return c.endWrite(err, flushNow)
+	return c.endWrite(l, err, flushNow)
 }
 
-// readLoop reads frames until the connection fails and dispatches each one. The frame buffer
-// is reused: dispatch targets copy what they keep.
-func (c *Conn) readLoop(br *bufio.Reader) {
-	defer close(c.readerDone)
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := io.ReadFull(br, buf[:wire.HeaderSize]); err != nil {
-			c.fail(lost(err))
-			return
-		}
-		n, err := wire.FrameSize(buf[:wire.HeaderSize], int(c.maxFrame.Load()))
-		if err != nil {
-			c.fail(lost(fmt.Errorf("%w: %w", ErrProtocol, err)))
-			return
-		}
-		if h, _ := wire.PeekHeader(buf[:wire.HeaderSize]); h.Op == wire.OpDeliver {
-			if s := c.subscription(h.Corr); s != nil {
-				// Read the body straight into a buffer the subscription keeps: the batch
-				// is not copied again on its way to the consumer.
-				body := s.takeBuffer(h.BodyLen())
-				if _, err := io.ReadFull(br, body); err != nil {
-					c.fail(lost(err))
-					return
-				}
-				if err := s.deliverOwned(body); err != nil {
-					c.fail(lost(err))
-					return
-				}
-				continue
-			}
-		}
-		if n > len(buf) {
-			nb := make([]byte, n)
-			copy(nb, buf[:wire.HeaderSize])
-			buf = nb
-		}
-		if _, err := io.ReadFull(br, buf[wire.HeaderSize:n]); err != nil {
-			c.fail(lost(err))
-			return
-		}
-		h, body, err := wire.ParseFrame(buf[:n])
-		if err != nil {
-			c.fail(lost(fmt.Errorf("%w: %w", ErrProtocol, err)))
-			return
-		}
-		if err := c.dispatch(h, body); err != nil {
-			c.fail(lost(err))
-			return
-		}
-	}
-}
-
-// dispatch routes one frame. A returned error breaks the connection.
-func (c *Conn) dispatch(h wire.Header, body []byte) error {
-	if h.Op == wire.OpDeliver {
-		s := c.subscription(h.Corr)
-		if s == nil {
-			c.log("DELIVER for an unknown subscription", "subscription", h.Corr)
-			return nil
-		}
-		return s.deliver(body)
-	}
-	var werr *wire.Error
-	if h.Op == wire.OpError {
-		var eb wire.ErrorBody
-		if err := eb.Decode(body); err != nil {
-			return fmt.Errorf("%w: ERROR body: %w", ErrProtocol, err)
-		}
-		werr = &wire.Error{Code: eb.Code, Message: eb.Message}
-	} else if h.Flags&wire.FlagResponse == 0 {
-		return fmt.Errorf("%w: unexpected %v request from the broker", ErrProtocol, h.Op)
-	}
-
+// watch registers f to be told about every failed reconnect attempt, with the wait before
+// the next one, on the reconnecting goroutine: f must not block nor close the Conn (Close
+// waits for that goroutine). It returns the function that unregisters f.
+func (c *Conn) watch(f func(err error, retryIn time.Duration)) func() {
 	c.mu.Lock()
-	p, ok := c.pending[h.Corr]
-	if ok {
-		delete(c.pending, h.Corr)
+	defer c.mu.Unlock()
+	if c.watchers == nil {
+		c.watchers = make(map[int]func(error, time.Duration))
 	}
-	var owner oneWayOwner
-	if !ok && werr != nil && h.Corr != 0 {
-		for i := range c.oneWay {
-			if c.oneWay[i].corr == h.Corr && c.oneWay[i].owner != nil {
-				owner = c.oneWay[i].owner
-				c.oneWay[i] = oneWayEntry{}
-				break
-			}
-		}
+	id := c.nextWatch
+	c.nextWatch++
+	c.watchers[id] = f
+	return func() {
+		c.mu.Lock()
+		delete(c.watchers, id)
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
-
-	switch {
-	case ok && werr != nil:
-		p.r.respond(nil, werr)
-	case ok && h.Op != p.op:
-		p.r.respond(nil, fmt.Errorf("%w: %v answered by %v", ErrProtocol, p.op, h.Op))
-		return fmt.Errorf("%w: %v answered by %v", ErrProtocol, p.op, h.Op)
-	case ok:
-		p.r.respond(body, nil)
-	case owner != nil:
-		owner.oneWayError(werr)
-	case werr != nil:
-		c.log("broker error", "corr", h.Corr, "err", werr)
-	default:
-		// The answer to a request whose caller gave up (context cancelled): discard it.
-	}
-	if werr != nil && werr.Code.Fatal() {
-		return werr
-	}
-	return nil
-}
-
-// subscription returns the subscription with broker id id, or nil.
-func (c *Conn) subscription(id uint32) *Subscription {
-	c.mu.Lock()
-	s := c.subs[id]
-	c.mu.Unlock()
-	return s
 }
 
 func (c *Conn) log(msg string, args ...any) {

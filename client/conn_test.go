@@ -29,10 +29,10 @@ func dial(t testing.TB, fb *fakeBroker) *client.Conn {
 	return c
 }
 
-// dialPipe connects to a fake made by startPipeFake, in memory.
+// dialPipe connects to a fake made by startPipeFake, in memory (reconnects too).
 func dialPipe(t testing.TB, fb *fakeBroker) *client.Conn {
 	t.Helper()
-	c, err := client.DialOver(testCtx(t), fb.Pipe(), client.Options{User: fakeUser, Password: fakePass, ClientName: t.Name()})
+	c, err := client.DialFunc(testCtx(t), fb.DialPipe, client.Options{User: fakeUser, Password: fakePass, ClientName: t.Name()})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -220,41 +220,6 @@ func TestCloseIdempotentAndUnblocks(t *testing.T) {
 	case <-c.Done():
 	default:
 		t.Fatal("Done not closed")
-	}
-}
-
-func TestConnectionLossFailsRequests(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("a", 1)
-	c := dial(t, fb)
-	fb.set(func(fb *fakeBroker) { fb.holdMetadata = 100 })
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Metadata(context.Background(), "a")
-		done <- err
-	}()
-	fb.waitUntil(func(fb *fakeBroker) bool { return len(fb.heldMeta) == 1 }) // the request is pending
-	fb.DropConns()
-	if err := <-done; !errors.Is(err, client.ErrConnectionLost) {
-		t.Fatalf("pending request got %v, want ErrConnectionLost", err)
-	}
-	<-c.Done()
-	if !errors.Is(c.Err(), client.ErrConnectionLost) {
-		t.Fatalf("Err = %v", c.Err())
-	}
-}
-
-func TestFatalConnectionError(t *testing.T) {
-	fb := startFake(t)
-	c := dial(t, fb)
-	fb.mu.Lock()
-	for fc := range fb.conns {
-		fc.fail(0, wire.CodeShuttingDown, "bye")
-	}
-	fb.mu.Unlock()
-	<-c.Done()
-	if !errors.Is(c.Err(), &wire.Error{Code: wire.CodeShuttingDown}) || !errors.Is(c.Err(), client.ErrConnectionLost) {
-		t.Fatalf("Err = %v", c.Err())
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 // The durable-topic consumer: per partition a fetcher goroutine that keeps up to two FETCHes
 // going, verifies (CRC) and decompresses what comes back and queues it, bounded in bytes; Each
-// walks the queue without allocating; DialConsumer adds a supervisor goroutine that redials a
-// lost connection and restarts the fetchers from the consumer's positions.
+// walks the queue without allocating; a supervisor goroutine restarts the fetchers from the
+// consumer's positions on each new connection of its Conn, which reconnects by itself.
 //
 // This file holds the options, the Consumer type, construction, the accessors, error
 // reporting and Close; doc.go maps the other consumer_*.go files and gives the lock order.
@@ -83,7 +83,7 @@ type ConsumerOptions struct {
 	AutoCommit time.Duration
 	// OnError receives non-fatal errors: a transient FETCH failure before its retry (a
 	// STORAGE_ERROR, for one, which a damaged segment causes until it is repaired), a lost
-	// connection being redialled (DialConsumer), a failed automatic commit, an offset reset
+	// connection being redialled, a failed automatic commit, an offset reset
 	// (ErrOffsetReset), bytes after the records a batch's header counts (which lose no
 	// offset). Calls are made one at a time from a consumer goroutine; OnError may
 	// call any Consumer method. When errors come faster than it returns, some are dropped.
@@ -129,10 +129,8 @@ type Consumer struct {
 	maxWait  uint32 // ms
 	reqWait  time.Duration
 
-	// reconnecting mode (DialConsumer)
-	owned bool
-	addr  string
-	dopts Options
+	owned bool // the consumer closes conn (DialConsumer)
+	conn  *Conn
 
 	// member is the group membership (nil without a Group, or with OffsetsOnly); see
 	// consumer_group.go.
@@ -141,10 +139,7 @@ type Consumer struct {
 	// activeMu guards session and the partitions' fetcher fields: who starts and stops the
 	// per-partition fetchers (the session supervisor, the group reconciler).
 	activeMu sync.Mutex
-	session  *session // the fetchers' current session; nil while redialling
-
-	connMu sync.Mutex
-	conn   *Conn
+	session  *session // the fetchers' current session; nil while the Conn reconnects
 
 	ctx    context.Context // ends at Close or at a fatal error
 	cancel context.CancelFunc
@@ -217,27 +212,28 @@ type partState struct {
 }
 
 // NewConsumer returns a consumer of a durable topic on c. It looks up the partitions and each
-// partition's start offset before returning. When c breaks, the consumer fails: Each returns
-// the connection's error once the records already fetched are consumed. DialConsumer makes a
-// consumer that reconnects instead.
+// partition's start offset before returning. When c's connection breaks, the consumer reports
+// the loss to OnError, waits for c to reconnect (which it does by itself) and resumes every
+// partition at its position, so that no record is skipped or delivered twice. Records already
+// fetched but not yet delivered are dropped and fetched again. The only records a reconnect
+// can repeat or lose are those the broker itself lost: with fsync=interval or never, or
+// Isolation written, records read before a broker crash may not exist after it (a position
+// beyond the new end of the log fails the consumer; see AtOffset). The consumer fails when c
+// ends: closed by its owner, or a reconnect refused (a wrong password): Each returns the error
+// once the records already fetched are consumed.
 func (c *Conn) NewConsumer(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
-	return newConsumer(ctx, c, opts, nil)
+	return newConsumer(ctx, c, opts, false)
 }
 
-// DialConsumer dials addr and returns a consumer that owns its connection. When the
-// connection is lost it reports the loss to OnError, redials with backoff (50ms doubling up
-// to 2s, until Close; a wrong password fails the consumer) and resumes every partition at
-// its position, so that no record is skipped or delivered twice. Records already fetched but
-// not yet delivered are dropped and fetched again. The only records a reconnect can repeat or
-// lose are those the broker itself lost: with fsync=interval or never, or Isolation
-// written, records read before a broker crash may not exist after it (a position beyond the
-// new end of the log fails the consumer; see AtOffset). Close closes the connection.
+// DialConsumer dials addr and returns a consumer, as NewConsumer makes, that owns its
+// connection: Close closes it. Failed reconnect attempts are reported to OnError, each with
+// the wait before the next (50ms doubling up to 2s, with jitter, until Close).
 func DialConsumer(ctx context.Context, addr string, opts Options, copts ConsumerOptions) (*Consumer, error) {
 	c, err := Dial(ctx, addr, opts)
 	if err != nil {
 		return nil, err
 	}
-	k, err := newConsumer(ctx, c, copts, &redialTarget{addr: addr, opts: opts})
+	k, err := newConsumer(ctx, c, copts, true)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -245,15 +241,8 @@ func DialConsumer(ctx context.Context, addr string, opts Options, copts Consumer
 	return k, nil
 }
 
-// redialTarget is where a DialConsumer dials again when it loses its connection.
-type redialTarget struct {
-	addr string
-	opts Options
-}
-
-// newConsumer makes a consumer on c. With a redial target (DialConsumer) the consumer owns c
-// and replaces it when it breaks; without (nil, NewConsumer) c is the caller's.
-func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *redialTarget) (*Consumer, error) {
+// newConsumer makes a consumer on c; with owned (DialConsumer) the consumer closes c.
+func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool) (*Consumer, error) {
 	if err := wire.ValidTopicName(opts.Topic); err != nil {
 		return nil, fmt.Errorf("lightq: %w", err)
 	}
@@ -322,10 +311,7 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *red
 		maxBatch: c.Limits().MaxBatch, maxBytes: uint32(opts.MaxBytes), maxWait: uint32(opts.MaxWait / time.Millisecond),
 		conn: c, errs: make(chan error, 64), signal: make(chan struct{}, 1), closing: make(chan struct{}),
 	}
-	if redial != nil {
-		k.owned, k.addr, k.dopts = true, redial.addr, redial.opts
-	}
-	k.dopts.setDefaults()
+	k.owned = owned
 	k.reqWait = c.opts.RequestTimeout + opts.MaxWait
 	for _, id := range ids {
 		if id < 0 || int(id) >= len(md[0].Partitions) {
@@ -371,12 +357,8 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, redial *red
 		}
 	}
 	go k.reporter()
-	if k.owned {
-		k.wg.Add(1)
-		go k.supervise(c)
-	} else {
-		k.startSession(c)
-	}
+	k.wg.Add(1)
+	go k.supervise(c)
 	if memberMode {
 		k.startMember()
 	}
@@ -439,11 +421,7 @@ func (k *Consumer) Err() error {
 	return k.err
 }
 
-func (k *Consumer) currentConn() *Conn {
-	k.connMu.Lock()
-	defer k.connMu.Unlock()
-	return k.conn
-}
+func (k *Consumer) currentConn() *Conn { return k.conn }
 
 // report hands a non-fatal error to OnError without blocking.
 func (k *Consumer) report(err error) {

@@ -19,12 +19,12 @@ type fetchCall struct {
 	ch    *chunk
 	err   error
 	corr  uint32
-	c     *Conn
+	l     *link
 	inUse bool
 }
 
 // respond copies the answer into the call's chunk; it runs on the connection's reader.
-func (fc *fetchCall) respond(body []byte, err error) {
+func (fc *fetchCall) respond(_ uint32, body []byte, err error) {
 	if err == nil {
 		fc.ch.raw = append(fc.ch.raw[:0], body...)
 	}
@@ -38,16 +38,16 @@ func (k *Consumer) sendFetch(s *session, p *partState, off int64) (*fetchCall, e
 	if fc.inUse {
 		fc = &p.calls[1]
 	}
-	fc.inUse, fc.err, fc.c = true, nil, s.c
+	fc.inUse, fc.err, fc.l = true, nil, s.l
 	fc.ch = k.getChunk(p)
 	req := wire.Fetch{Topic: k.topic, Partition: uint32(p.id), Offset: off, MaxBytes: k.maxBytes, MaxWaitMs: k.maxWait, Isolation: k.opts.Isolation}
 	p.req = req.AppendTo(p.req[:0])
 	fc.corr = s.c.nextCorr()
-	if err := s.c.register(fc.corr, wire.OpFetch, fc); err != nil {
+	if err := s.l.register(fc.corr, wire.OpFetch, fc); err != nil {
 		k.freeCall(fc)
 		return nil, err
 	}
-	if err := s.c.writeFrame(wire.OpFetch, fc.corr, p.req); err != nil && s.c.unregister(fc.corr) {
+	if err := s.c.writeFrame(s.l, wire.OpFetch, fc.corr, p.req); err != nil && s.l.unregister(fc.corr) {
 		k.freeCall(fc)
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (k *Consumer) freeCall(fc *fetchCall) {
 
 // abandon gives up a call, waiting for an answer being delivered right now.
 func (k *Consumer) abandon(fc *fetchCall) {
-	if !fc.c.unregister(fc.corr) {
+	if !fc.l.unregister(fc.corr) {
 		<-fc.done
 	}
 	k.freeCall(fc)
@@ -117,7 +117,8 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 		}
 	}()
 	next := p.pos.Load()
-	backoff := time.Duration(0)
+	// The waits before retrying a failed FETCH (the client's one schedule, backoff.go).
+	bo := backoff{min: 10 * time.Millisecond, max: reconnectMax}
 	for {
 		if pending == nil {
 			if !k.waitSpace(s, p) {
@@ -125,7 +126,7 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 			}
 			fc, err := k.sendFetch(s, p, next)
 			if err != nil {
-				if !k.fetchFailed(s, p, next, err, &next, &backoff) {
+				if !k.fetchFailed(s, p, next, err, &next, &bo) {
 					return
 				}
 				continue
@@ -135,19 +136,19 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 		ch, err := k.await(s, p, pending)
 		pending = nil
 		if err != nil {
-			if !k.fetchFailed(s, p, next, err, &next, &backoff) {
+			if !k.fetchFailed(s, p, next, err, &next, &bo) {
 				return
 			}
 			continue
 		}
-		backoff = 0
+		bo.reset()
 		var resp wire.FetchResponse
 		if err := resp.Decode(ch.raw); err != nil || resp.Partition != uint32(p.id) {
 			k.recycle(ch)
 			if err == nil {
 				err = fmt.Errorf("answer for partition %d", resp.Partition)
 			}
-			k.fetchFailed(s, p, next, fmt.Errorf("%w: FETCH response: %w", ErrProtocol, err), &next, &backoff)
+			k.fetchFailed(s, p, next, fmt.Errorf("%w: FETCH response: %w", ErrProtocol, err), &next, &bo)
 			return
 		}
 		p.hw.Store(resp.HighWatermark)
@@ -176,7 +177,7 @@ func (k *Consumer) fetchLoop(s *session, p *partState) {
 			return
 		}
 		next = end
-		if sendErr != nil && !k.fetchFailed(s, p, next, sendErr, &next, &backoff) {
+		if sendErr != nil && !k.fetchFailed(s, p, next, sendErr, &next, &bo) {
 			return
 		}
 	}
@@ -286,7 +287,7 @@ func (k *Consumer) sleep(s *session, d time.Duration) bool {
 
 // fetchFailed handles a failed FETCH at off: it returns true to retry (with *next possibly
 // moved), false when the fetcher must stop (session over, or a fatal error queued).
-func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, next *int64, backoff *time.Duration) bool {
+func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, next *int64, bo *backoff) bool {
 	if s.ctx.Err() != nil {
 		return false
 	}
@@ -294,8 +295,8 @@ func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, n
 	isWire := errors.As(err, &we) && !errors.Is(err, ErrConnectionLost)
 	switch {
 	case errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) || (isWire && we.Code.Fatal()):
-		if k.owned && !errors.Is(err, ErrClosed) {
-			return false // the supervisor redials
+		if !errors.Is(err, ErrClosed) {
+			return false // the supervisor starts again on the next connection
 		}
 		k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: %w", k.topic, p.id, err))
 		return false
@@ -305,7 +306,7 @@ func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, n
 		start, lerr := s.c.ListOffsets(ctx, wire.ListOffsets{Topic: k.topic, Partition: uint32(p.id), Mode: wire.OffsetEarliest})
 		switch {
 		case lerr != nil:
-			return k.fetchFailed(s, p, off, lerr, next, backoff)
+			return k.fetchFailed(s, p, off, lerr, next, bo)
 		case off < start:
 			k.report(fmt.Errorf("%w: %s partition %d: offset %d, log start %d: resuming at %d", ErrOffsetReset, k.topic, p.id, off, start, start))
 			*next = start
@@ -315,16 +316,15 @@ func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, n
 		// consumer with written isolation): the durable end catches up soon.
 		res, ferr := s.c.Fetch(ctx, wire.Fetch{Topic: k.topic, Partition: uint32(p.id), Offset: start, MaxBytes: 1, Isolation: wire.IsolationWritten})
 		if ferr == nil && k.opts.Isolation == wire.IsolationDurable && off <= res.HighWatermark {
-			*backoff = min(max(2**backoff, 10*time.Millisecond), 2*time.Second)
-			return k.sleep(s, *backoff)
+			return k.sleep(s, bo.next())
 		}
 		k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: offset %d is beyond the end of the log: %w", k.topic, p.id, off, err))
 		return false
 	case errors.Is(err, errFetchTimeout), errors.Is(err, context.DeadlineExceeded),
 		isWire && (we.Code == wire.CodeStorageError || we.Code == wire.CodeInternal || we.Code == wire.CodeResourceLimit || we.Code == wire.CodeStorageFull):
-		*backoff = min(max(2**backoff, 50*time.Millisecond), 2*time.Second)
-		k.report(fmt.Errorf("lightq: %s partition %d: FETCH at offset %d (retry in %v): %w", k.topic, p.id, off, *backoff, err))
-		return k.sleep(s, *backoff)
+		wait := max(bo.next(), 50*time.Millisecond)
+		k.report(fmt.Errorf("lightq: %s partition %d: FETCH at offset %d (retry in %v): %w", k.topic, p.id, off, wait.Round(time.Millisecond), err))
+		return k.sleep(s, wait)
 	}
 	k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: FETCH at offset %d: %w", k.topic, p.id, off, err))
 	return false

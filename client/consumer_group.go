@@ -145,7 +145,7 @@ func (k *Consumer) heartbeater() {
 		// Written here, in the order the heartbeats were built: a heartbeat that still owns
 		// a partition must not reach the broker after the one that released it (the broker
 		// would fence the member for claiming what it no longer holds).
-		call, err := c.startCall(wire.OpHeartbeat, req.AppendTo(nil))
+		call, err := c.startCall(m.ctx, wire.OpHeartbeat, req.AppendTo(nil))
 		go func() {
 			r := hbResult{epoch: epoch}
 			var body []byte
@@ -228,14 +228,14 @@ func (k *Consumer) heartbeater() {
 }
 
 // memberRetry handles a failed group request on c: it reports err and waits before the
-// retry (for a DialConsumer, until the supervisor has a new connection), returning false when
-// the consumer ends or err is fatal (then the consumer fails with it).
+// retry (a request made while the Conn reconnects waits for the new connection), returning
+// false when the consumer ends or err is fatal (then the consumer fails with it): a refusal
+// that retrying cannot help, or a Conn that gave up (closed, or a reconnect refused).
 func (k *Consumer) memberRetry(c *Conn, err error, backoff *time.Duration) bool {
 	var we *wire.Error
-	lostConn := errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed)
-	retryable := lostConn || errors.Is(err, context.DeadlineExceeded) ||
+	retryable := errors.Is(err, ErrConnectionLost) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.As(err, &we) && (we.Code == wire.CodeResourceLimit || we.Code == wire.CodeInternal || we.Code == wire.CodeUnknownMember)
-	if !retryable || lostConn && !k.owned {
+	if !retryable || errors.Is(err, ErrClosed) || c.Err() != nil {
 		if k.member.ctx.Err() == nil {
 			k.enqueueFatal(nil, err)
 		}
@@ -245,16 +245,11 @@ func (k *Consumer) memberRetry(c *Conn, err error, backoff *time.Duration) bool 
 	*backoff = min(max(2**backoff, 50*time.Millisecond), 2*time.Second)
 	t := time.NewTimer(*backoff)
 	defer t.Stop()
-	for {
-		select {
-		case <-k.member.ctx.Done():
-			return false
-		case <-t.C:
-		}
-		if !lostConn || k.currentConn() != c {
-			return true
-		}
-		t.Reset(*backoff) // the supervisor is still redialling
+	select {
+	case <-k.member.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -4,101 +4,19 @@ package client_test
 
 import (
 	"errors"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/proxytest"
 	"github.com/lightq/lightq/wire"
 )
 
-// ckProxy forwards the TCP connections made to its loopback listener, which lives as long as
-// the test, to its current backend, and closes them when the backend does. It gives a
-// DialConsumer one address across a broker restart, where each broker listens on a port of
-// its own (127.0.0.1:0): no port is freed and reused, so none can be lost to another
-// process in between. Without a backend it closes what it accepts, as a stopped broker's
-// address refuses.
-type ckProxy struct {
-	ln      net.Listener
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	backend string
-	conns   map[net.Conn]struct{}
-}
-
-func ckStartProxy(t testing.TB) *ckProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &ckProxy{ln: ln, conns: make(map[net.Conn]struct{})}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for nc := range p.conns {
-			nc.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *ckProxy) Addr() string { return p.ln.Addr().String() }
-
-// SetBackend makes new connections go to addr ("": none).
-func (p *ckProxy) SetBackend(addr string) {
-	p.mu.Lock()
-	p.backend = addr
-	p.mu.Unlock()
-}
-
-func (p *ckProxy) accept() {
-	defer p.wg.Done()
-	for {
-		front, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		backend := p.backend
-		p.mu.Unlock()
-		var back net.Conn
-		if backend != "" {
-			back, err = net.Dial("tcp", backend)
-		}
-		if back == nil || err != nil {
-			front.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[front], p.conns[back] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			defer p.wg.Done()
-			_, _ = io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-			p.mu.Lock()
-			delete(p.conns, dst)
-			delete(p.conns, src)
-			p.mu.Unlock()
-		}
-		p.wg.Add(2)
-		go pipe(back, front)
-		go pipe(front, back)
-	}
-}
-
 func TestDialConsumerReconnect(t *testing.T) {
 	t.Parallel()
-	proxy, dir := ckStartProxy(t), t.TempDir()
+	proxy, dir := proxytest.Start(t), t.TempDir()
 	same := func(cfg *broker.Config) { cfg.DataDir = dir }
 	srv1, c1 := ckSetup(t, same, "dur", 2)
 	proxy.SetBackend(srv1.Addr())

@@ -2,33 +2,32 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/lightq/lightq/wire"
 )
 
-// Sessions: a consumer made by NewConsumer runs one on its connection for its whole life; a
-// DialConsumer's supervisor starts a new one on every reconnect, after dropping what the old
-// one had queued.
+// Sessions: a consumer runs one session of fetchers per connection of its Conn. When the
+// connection breaks (the Conn then reconnects by itself), the supervisor stops the fetchers,
+// drops what they had queued, and starts a new session on the next connection from the
+// positions.
 
 // session is one connection's set of fetchers. Each fetcher runs in a sub-session of its
 // own (same connection and WaitGroup, a context of its own, exited closed when it returns),
 // so that a group member can stop one partition's fetcher.
 type session struct {
 	c      *Conn
+	l      *link // the connection the fetchers send on
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     *sync.WaitGroup // every fetcher of the session
 	exited chan struct{}   // a fetcher's sub-session: closed when the fetcher returned
 }
 
-// startSession makes a session on c the consumer's and starts a fetcher for every active
-// partition.
-func (k *Consumer) startSession(c *Conn) *session {
-	s := &session{c: c, wg: &sync.WaitGroup{}}
+// startSession makes a session on connection l of c the consumer's and starts a fetcher for
+// every active partition.
+func (k *Consumer) startSession(c *Conn, l *link) *session {
+	s := &session{c: c, l: l, wg: &sync.WaitGroup{}}
 	s.ctx, s.cancel = context.WithCancel(k.ctx)
 	k.activeMu.Lock()
 	k.session = s
@@ -43,7 +42,7 @@ func (k *Consumer) startSession(c *Conn) *session {
 
 // startFetcherLocked starts p's fetcher in session s. Caller holds activeMu.
 func (k *Consumer) startFetcherLocked(s *session, p *partState) {
-	sub := &session{c: s.c, wg: s.wg, exited: make(chan struct{})}
+	sub := &session{c: s.c, l: s.l, wg: s.wg, exited: make(chan struct{})}
 	sub.ctx, sub.cancel = context.WithCancel(s.ctx)
 	p.fetcher = sub
 	s.wg.Add(1)
@@ -92,59 +91,40 @@ func (k *Consumer) deactivate(p *partState) {
 	}
 }
 
-// supervise runs the sessions of a reconnecting consumer: when the connection breaks, it
-// stops the fetchers, drops what they had queued, redials and starts again from the
-// positions.
+// supervise runs the consumer's sessions: when a connection breaks, it stops the fetchers,
+// drops what they had queued, waits for the Conn to reconnect and starts again from the
+// positions. Failed reconnect attempts are reported to OnError. The consumer fails when the
+// Conn ends (closed by its owner, or a reconnect refused for good).
 func (k *Consumer) supervise(c *Conn) {
 	defer k.wg.Done()
+	defer c.watch(func(err error, wait time.Duration) {
+		k.report(fmt.Errorf("lightq: consumer of %s: redial in %v: %w", k.topic, wait.Round(time.Millisecond), err))
+	})()
 	for {
-		s := k.startSession(c)
+		l, err := c.awaitLink(k.ctx)
+		if err != nil {
+			if k.ctx.Err() == nil {
+				k.enqueueFatal(nil, fmt.Errorf("lightq: consumer of %s: redial: %w", k.topic, err))
+			}
+			return
+		}
+		s := k.startSession(c, l)
 		select {
-		case <-c.Done():
+		case <-l.done:
 		case <-k.ctx.Done():
 		}
 		k.endSession(s)
 		if k.ctx.Err() != nil {
 			return
 		}
-		k.report(fmt.Errorf("lightq: consumer of %s: reconnecting: %w", k.topic, c.Err()))
-		c.Close()
-		k.dropQueued()
-		if c = k.redial(); c == nil {
+		if err := c.Err(); err != nil {
+			// The Conn ended (closed by its owner, or a reconnect refused): what was fetched
+			// is still consumed, then Each returns the error.
+			k.enqueueFatal(nil, fmt.Errorf("lightq: consumer of %s: %w", k.topic, err))
 			return
 		}
-		k.connMu.Lock()
-		k.conn = c
-		k.connMu.Unlock()
-	}
-}
-
-// redial dials until it succeeds, the consumer ends (nil), or the broker refuses the
-// credentials (a fatal error, nil).
-func (k *Consumer) redial() *Conn {
-	backoff := 50 * time.Millisecond
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		c, err := Dial(k.ctx, k.addr, k.dopts)
-		if err == nil {
-			return c
-		}
-		if k.ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) {
-			k.enqueueFatal(nil, fmt.Errorf("lightq: consumer of %s: redial: %w", k.topic, err))
-			return nil
-		}
-		k.report(fmt.Errorf("lightq: consumer of %s: redial in %v: %w", k.topic, backoff, err))
-		t.Reset(backoff)
-		select {
-		case <-t.C:
-		case <-k.ctx.Done():
-			return nil
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		k.report(fmt.Errorf("lightq: consumer of %s: reconnecting: %w", k.topic, l.cause()))
+		k.dropQueued()
 	}
 }
 

@@ -44,6 +44,8 @@
 // # Concurrency
 //
 // Conn, Producer and the Close/accessor methods of Subscription are safe for concurrent use.
+// A Conn runs a reader goroutine per connection, a keep-alive, and while it reconnects the
+// reconnector; a Producer runs its flusher and its acker (callbacks) until Close.
 // A Subscription is consumed by one goroutine at a time (Each or Messages). Producer
 // callbacks run one at a time on a producer goroutine, in send order. Nothing the client
 // calls back runs on the connection's reader goroutine, so callbacks and handlers may issue
@@ -53,14 +55,26 @@
 // its handler runs on the goroutine that called Each. Commit, CommitOffsets, Position,
 // HighWatermark, Buffered, Err, Topic, Partitions and Close are safe for concurrent use,
 // including from a handler and from OnError. A Consumer runs, until Close or a fatal error:
-// one fetcher goroutine per partition (per connection, for a DialConsumer), the goroutine that
+// one fetcher goroutine per partition (per connection of its Conn), the goroutine that
 // calls OnError (one call at a time), an auto-committer when it has a Group and AutoCommit is
-// not disabled, the supervisor that redials for a DialConsumer, the goroutine behind
-// Messages once that is called, and for a group member the heartbeater and the reconciler,
-// which calls OnAssign and OnRevoke. Close waits for the fetchers, the supervisor, the
-// auto-committer and a member's two; the OnError goroutine ends after its current call, and
-// the Messages one by closing the channel. A revocation waits until no handler of Each runs
-// (it is applied between two records), so a handler that never returns holds its partition.
+// not disabled, the supervisor that restarts the fetchers on each new connection, the goroutine
+// behind Messages once that is called, and for a group member the heartbeater and the
+// reconciler, which calls OnAssign and OnRevoke. Close waits for the fetchers, the
+// supervisor, the auto-committer and a member's two; the OnError goroutine ends after its
+// current call, and the Messages one by closing the channel. A revocation waits until no
+// handler of Each runs (it is applied between two records), so a handler that never returns
+// holds its partition.
+//
+// # Reconnects
+//
+// A Conn reconnects by itself when its socket breaks: the requests waiting for an answer fail
+// with an error wrapping ErrConnectionLost (retry them: the Conn is already dialling),
+// subscriptions end with it (subscribe again: the broker forgets a subscription with its
+// connection), and requests made meanwhile wait for the new connection. Dials back off from
+// 50 ms to 2 s with jitter; a refused login (AUTH_FAILED) ends the Conn (Done, Err). A
+// Producer re-sends, in order per partition and byte for byte, every batch not acknowledged,
+// and keeps taking messages up to its MaxInFlight bound meanwhile; a Consumer resumes at its
+// positions. Connected reports the state.
 //
 // # Errors
 //
@@ -73,6 +87,37 @@
 // same hook), and BatchIter.SkipCorrupt goes past one. The broker sends stored batches as
 // they are, so fetching one again never helps.
 //
+// A message that Producer.Send took and that then fails gets a *ProduceError, in its callback
+// and from Flush. Its MaybeStored method, or errors.Is with ErrNotStored and ErrMaybeStored,
+// says whether the message may be in the log anyway:
+//
+//	what happened to the batch                          retried   may be stored
+//	never sent (DeliveryTimeout while reconnecting,     -         no
+//	  waiting for a slot, or Close)
+//	sent, then the connection broke before the answer   yes       yes, unless the broker
+//	  (I/O error, kill -9, TIMEOUT, ...)                          said SHUTTING_DOWN
+//	SHUTTING_DOWN (the broker stops: it answers what    yes       no
+//	  it stored first, PROTOCOL.md 4.4)
+//	STORAGE_FULL, RESOURCE_LIMIT                        yes       no
+//	STORAGE_ERROR (an I/O error or a failed fsync)      yes       yes
+//	INTERNAL, a code this client does not know          no        yes
+//	AUTH_FAILED, NOT_AUTHORIZED, UNKNOWN_TOPIC,         no        no
+//	  UNKNOWN_PARTITION, MESSAGE_TOO_LARGE,
+//	  CORRUPT_BATCH, INVALID_REQUEST, NOT_SUPPORTED,
+//	  and the other codes that refuse the request
+//	AUTH_FAILED on a reconnect (the Conn ends)          no        as for a broken connection
+//	DeliveryTimeout passed (ErrDeliveryTimeout)         no        yes if any attempt was sent
+//	                                                              and not answered
+//
+// "Retried" batches go again until they are acknowledged or DeliveryTimeout (default 2
+// minutes, from the Send of the batch's first message) passes; then the batch and the later
+// batches of its partition fail with ErrDeliveryTimeout. A retried refusal waits for the
+// answers of the partition's later batches: if one of them was stored, the refused batch
+// fails instead (a retry would store it out of order). The codes that close the connection
+// (SHUTTING_DOWN, TIMEOUT, TOO_MANY_CONNECTIONS, MALFORMED_FRAME, ...) are connection
+// losses: the batches are re-sent after the reconnect. A message retried after a lost answer
+// may be stored twice until the broker deduplicates (at least once).
+//
 // Control batches (PROTOCOL.md section 7: the entries of a replicated partition that carry no
 // message) are checked like any batch and then skipped wherever FETCH answers are read:
 // BatchIter.Next passes over them, and a Consumer moves the partition's position past their
@@ -80,10 +125,15 @@
 //
 // # Internals
 //
-// Files: conn.go (Dial, handshake, the reader goroutine, frame dispatch, failure fan-out),
-// request.go (request/response slots), admin.go (topic administration and the thin durable
-// requests), users.go (users and their roles), producer.go (options, Send, Flush, Close), producer_batch.go (sealing and
-// writing batches, the linger flusher, the acknowledgement queue),
+// Files: conn.go (Options, the Conn, Dial, Close, writing frames),
+// link.go (one socket: its pending requests, subscriptions and reader), reconnect.go (the
+// handshake and the reconnector), backoff.go (the one retry schedule), request.go
+// (request/response slots), admin.go (topic administration and the thin durable requests),
+// errors.go (ProduceError and what each broker code does to a batch), users.go (users and
+// their roles), producer.go (options,
+// Send, Flush, Close), producer_batch.go (sealing a batch, writing it in partition order, its
+// answer, the acknowledgement queue), producer_flusher.go (linger, re-sends after a
+// reconnect, retries, the delivery timeout),
 // subscription.go (DELIVER queue, decoding, credit), corrupt.go (CorruptBatchError and the
 // offset range of a batch that does not decode). The durable consumer: consumer.go
 // (options, the Consumer type, construction, accessors, error reporting, Close),
@@ -95,7 +145,7 @@
 // (group membership: join, held heartbeats, the reconciler that starts and revokes
 // partitions, leave), group_admin.go (ListGroups, DescribeGroup).
 //
-// One reader goroutine per Conn reads frames into a reused buffer and dispatches them by op and
+// One reader goroutine per link reads frames into a reused buffer and dispatches them by op and
 // correlation id: DELIVER frames to the subscription named by their correlation id, ERROR and
 // responses to the pending slot of that id, ERRORs for frames that expect no answer (CREDIT,
 // PRODUCE with AckNone) to the owner remembered for the last 1024 such frames. Dispatch never
@@ -104,6 +154,10 @@
 // produce frame larger than the buffer goes out in one writev instead (see writeVectored).
 // Frame and batch byte positions are wire's: the client reads headers with wire.PeekHeader
 // and wire.PeekBatchHeader.
+//
+// A Conn has one current link (socket) at a time. Requests, subscriptions, fetcher sessions
+// and the producer remember the link they used: an answer, a CREDIT or an UNSUBSCRIBE only
+// makes sense on the connection the broker knows it from.
 //
 // Lock order: Producer.mu, Conn.wmu, Conn.mu, then Producer.ackMu or Subscription.mu.
 // Subscription.consumeMu is held by the consumer only and taken before Subscription.mu.

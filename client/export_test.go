@@ -2,12 +2,25 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync/atomic"
 )
 
 // DialOver is Dial over nc instead of a new TCP connection: tests run the client against the
 // fake broker through a net.Pipe, which testing/synctest can put in a bubble (a real socket
-// cannot be in one). The Conn owns nc.
+// cannot be in one). The Conn owns nc. It cannot reconnect: every later attempt fails.
 func DialOver(ctx context.Context, nc net.Conn, opts Options) (*Conn, error) {
-	return dial(ctx, opts, func(context.Context) (net.Conn, error) { return nc, nil })
+	var used atomic.Bool
+	return dial(ctx, opts, func(context.Context) (net.Conn, error) {
+		if used.Swap(true) {
+			return nil, errors.New("no more connections")
+		}
+		return nc, nil
+	})
+}
+
+// DialFunc is Dial with open making each connection, the first and every reconnect's.
+func DialFunc(ctx context.Context, open func(context.Context) (net.Conn, error), opts Options) (*Conn, error) {
+	return dial(ctx, opts, open)
 }

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +26,7 @@ type fakeBroker struct {
 	limits  wire.Limits
 	silent  bool // accept connections, never answer
 	discard bool // do not keep produced batches (benchmarks)
+	refuse  bool // close new connections at once (guarded by mu), as a stopped broker's port
 
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -33,7 +36,10 @@ type fakeBroker struct {
 	nextID uint32
 
 	// Hooks and observations, guarded by mu.
-	produceHook  func(n int, p *wire.Produce) *wire.Error // n counts PRODUCE requests from 1
+	// produceHook may refuse a PRODUCE (nothing is stored); a code that closes the connection
+	// (SHUTTING_DOWN) closes it after the answer, as the broker does. n counts PRODUCEs from 1.
+	produceHook  func(n int, p *wire.Produce) *wire.Error
+	accepted     int // connections served
 	produces     int
 	holdAcks     bool
 	heldAcks     []func()
@@ -135,6 +141,24 @@ func (fb *fakeBroker) Pipe() net.Conn {
 		_ = client.Close()
 	}
 	return client
+}
+
+// DialPipe is Pipe as a dial function, which fails while the fake refuses connections.
+func (fb *fakeBroker) DialPipe(context.Context) (net.Conn, error) {
+	fb.mu.Lock()
+	refuse := fb.refuse
+	fb.mu.Unlock()
+	if refuse {
+		return nil, errors.New("fake broker: connection refused")
+	}
+	return fb.Pipe(), nil
+}
+
+// Conns is the number of connections open now.
+func (fb *fakeBroker) Conns() int {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return len(fb.conns)
 }
 
 // Close stops the listener and every connection and waits for the goroutines.
@@ -255,6 +279,12 @@ func (fb *fakeBroker) serve(nc net.Conn) bool {
 		_ = nc.Close()
 		return false
 	}
+	if fb.refuse {
+		_ = nc.Close()
+		return true
+	}
+	fb.accepted++
+	fb.cond.Broadcast()
 	fb.conns[fc] = struct{}{}
 	fb.wg.Add(1)
 	go fc.serve()
@@ -326,7 +356,10 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
 	case wire.OpAuth:
 		var a wire.Auth
-		if err := a.Decode(body); err != nil || a.User != fb.user || a.Password != fb.pass {
+		fb.mu.Lock()
+		user, pass := fb.user, fb.pass
+		fb.mu.Unlock()
+		if err := a.Decode(body); err != nil || a.User != user || a.Password != pass {
 			fc.fail(h.Corr, wire.CodeAuthFailed, "bad user or password")
 			return
 		}
@@ -505,8 +538,20 @@ func (fc *fakeConn) produce(h wire.Header, body []byte) {
 	fb.produces++
 	if fb.produceHook != nil {
 		if werr := fb.produceHook(fb.produces, &m); werr != nil {
+			refuse := func() {
+				fc.fail(h.Corr, werr.Code, werr.Message)
+				if werr.Code.Fatal() {
+					_ = fc.nc.Close()
+				}
+			}
+			if fb.holdAcks && !werr.Code.Fatal() {
+				fb.heldAcks = append(fb.heldAcks, refuse) // answered in order with the acks
+				fb.cond.Broadcast()
+				fb.mu.Unlock()
+				return
+			}
 			fb.mu.Unlock()
-			fc.fail(h.Corr, werr.Code, werr.Message)
+			refuse()
 			return
 		}
 	}

@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lightq/lightq/wire"
@@ -22,7 +24,9 @@ const (
 	AckDurable
 	// AckNone: the broker answers only to refuse a batch. A message counts as done once its
 	// batch is written to the socket: its callback gets Ack{Offset: -1} and no error. A refusal
-	// that arrives later is reported to ProducerOptions.OnError and by the next Flush.
+	// that arrives later is reported to ProducerOptions.OnError and by the next Flush. Nothing
+	// is kept for a re-send: a batch written just before the connection broke is lost
+	// silently; a batch sealed while the Conn reconnects waits for the new connection.
 	AckNone
 )
 
@@ -47,10 +51,24 @@ type ProducerOptions struct {
 	// a negative value sends a batch as soon as an in-flight slot is free (messages sent
 	// meanwhile still join it).
 	Linger time.Duration
-	// MaxInFlight is the number of batches sent and not yet acknowledged. When all slots are
-	// taken, Send blocks (until its context ends) once the current batch is full: this is
-	// the producer's backpressure. Default 8.
+	// MaxInFlight is the number of batches sealed and not yet acknowledged, over all
+	// partitions: the producer's memory bound (about MaxInFlight x BatchBytes, plus one open
+	// batch per partition). When all slots are taken, Send blocks (until its context ends)
+	// once the current batch is full: this is the producer's backpressure, and it holds while
+	// the Conn reconnects too. Default 8.
 	MaxInFlight int
+	// MaxInFlightPerPartition bounds the batches of one partition sealed and not yet
+	// acknowledged; after a reconnect they are all sent again, in order, byte for byte, so a
+	// broker that remembers the last MaxInFlightPerPartition batches of each producer and
+	// partition recognises every re-send. Not used with AckNone. Default 8, the window of
+	// this broker's deduplication (INIT_PRODUCER's answer, PROTOCOL.md section 15).
+	MaxInFlightPerPartition int
+	// DeliveryTimeout bounds the time from the Send of a batch's first message to the
+	// batch's outcome: a message not acknowledged by then fails with ErrDeliveryTimeout,
+	// whatever the producer was doing (waiting for a slot, reconnecting, retrying a refusal,
+	// waiting for an answer), and so do the later batches of its partition, which could not
+	// be stored after it in order. Like Kafka's delivery.timeout.ms. Default 2 minutes.
+	DeliveryTimeout time.Duration
 	// Compression of each batch's records, end to end. Default wire.CodecNone; wire.CodecS2
 	// is the recommended codec. A batch whose compressed form is not smaller is sent
 	// uncompressed.
@@ -86,44 +104,63 @@ type Ack struct {
 // Callbacks run on a producer goroutine, one at a time, in send order (so in order per
 // partition); a callback must not call Flush or Close (they would wait for it), but may call
 // Send with a context that can end.
+//
+// Delivery. A batch is sealed once and kept, byte for byte, until it is acknowledged or
+// fails. When the connection breaks, the Conn reconnects by itself and the producer sends
+// every unacknowledged batch again, in order per partition, before anything newer; Send keeps
+// taking messages meanwhile, up to MaxInFlight. A batch refused with a code that passes
+// (STORAGE_FULL, RESOURCE_LIMIT, STORAGE_ERROR) is sent again after a backoff, once the
+// batches of its partition sent after it are answered, unless one of them was stored (it
+// would then land out of order, so it fails instead). Other refusals fail the batch at once
+// (doc.go has the table). Nothing is retried past DeliveryTimeout. Without the broker's
+// deduplication, a batch whose answer was lost may be stored twice (at least once).
 type Producer struct {
-	c          *Conn
-	topic      string
-	acks       wire.Acks
-	codec      wire.Codec
-	nparts     int
-	batchBytes int
-	linger     time.Duration
-	maxMsg     int
-	maxBatch   int
-	onError    func(error)
+	c               *Conn
+	topic           string
+	acks            wire.Acks
+	codec           wire.Codec
+	nparts          int
+	batchBytes      int
+	linger          time.Duration
+	deliveryTimeout time.Duration
+	maxMsg          int
+	maxBatch        int
+	onError         func(error)
 
-	sem         chan struct{} // one token per sealed, not yet completed batch
-	kick        chan struct{} // wakes the flusher: a batch was opened or filled
+	sem         chan struct{}   // one token per sealed, not yet completed batch
+	partSem     []chan struct{} // per partition, the same (nil with AckNone)
+	kick        chan struct{}   // wakes the flusher: a batch was opened, filled or answered
 	closing     chan struct{}
 	flusherDone chan struct{}
 	ackerDone   chan struct{}
 	free        chan *prodBatch
 	closeOnce   sync.Once
 	closeErr    error
+	// tokenWait is set when the flusher left a due batch for want of a slot: the next slot
+	// freed wakes it.
+	tokenWait atomic.Bool
 
 	// mu guards the open batches and serializes sealing and writing, which keeps batches of
 	// one partition in order. Lock order: p.mu, then Conn.wmu, then Conn.mu, then p.ackMu.
-	mu        sync.Mutex
-	parts     []*prodBatch // open batch per partition, nil when none
-	sticky    int
-	dead      error     // once set, Send refuses
-	unflushed bool      // frames written to the Conn's buffer without a flush
-	timerDue  time.Time // when the flusher's linger timer fires; zero when it is not armed
-	comp      wire.Compressor
-	hdr       [wire.HeaderSize]byte
-	phdr      []byte
-	iovec     [3][]byte
-	iov       net.Buffers
+	mu         sync.Mutex
+	parts      []*prodBatch // open batch per partition, nil when none
+	sticky     int
+	dead       error     // once set, Send refuses
+	link       *link     // the connection batches are written to; nil while reconnecting
+	unflushed  bool      // frames written to the Conn's buffer without a flush
+	timerDue   time.Time // when the flusher's linger timer fires; zero when it is not armed
+	deadlineAt time.Time // the earliest delivery deadline of a batch; zero when none is open
+	comp       wire.Compressor
+	hdr        [wire.HeaderSize]byte
+	phdr       []byte
+	iovec      [3][]byte
+	iov        net.Buffers
 
 	ackMu       sync.Mutex
-	fifo        []*prodBatch // sealed batches in send order
+	fifo        []*prodBatch // sealed batches in send order: callbacks run in this order
 	head        int
+	queues      []partQueue // per partition, sealed batches not yet done, in seal order
+	retrying    int         // partitions paused by a retriable refusal
 	outstanding int
 	drained     chan struct{} // closed when outstanding reaches 0; nil when nobody waits
 	firstErr    error
@@ -131,34 +168,52 @@ type Producer struct {
 	ackSig      chan struct{}
 }
 
-// prodBatch is one batch, reused through Producer.free.
-type prodBatch struct {
-	p         *Producer
-	partition int32
-	b         wire.BatchBuilder
-	cbs       []func(Ack, error)
-	opened    time.Time
-	corr      uint32
-	hasToken  bool
-	// outcome, guarded by p.ackMu
-	done   bool
-	base   int64
-	ackPar int32
-	err    error
+// partQueue is one partition's batches between sealing and their outcome (guarded by
+// Producer.ackMu). The batches are in seal order; those in flight come first, then the
+// refused and unsent ones: a batch is written only after every earlier one of its partition.
+type partQueue struct {
+	batches []*prodBatch
+	sealed  uint64 // batches of the partition sealed so far: the next one's seq
+	// paused: a batch was refused with a code that passes. Nothing of the partition is
+	// written until the flusher has its answers in and decides (see Producer.retryPaused).
+	paused  bool
+	retryAt time.Time // when the refused batches go again; zero until decided
+	bo      backoff
 }
 
-// respond receives the PRODUCE answer on the reader goroutine.
-func (b *prodBatch) respond(body []byte, err error) {
-	base, par := int64(-1), b.partition
-	if err == nil {
-		var r wire.ProduceResponse
-		if derr := r.Decode(body); derr != nil {
-			err = fmt.Errorf("%w: PRODUCE response: %w", ErrProtocol, derr)
-		} else {
-			base, par = r.BaseOffset, int32(r.Partition)
-		}
-	}
-	b.p.complete(b, base, par, err)
+// batchState is where a sealed batch is (guarded by Producer.ackMu).
+type batchState uint8
+
+const (
+	stUnsent   batchState = iota // waiting for its turn or for a connection
+	stInFlight                   // written (or being written) on link, answer awaited
+	stRefused                    // refused with a code that passes: waits for a retry
+	stDone                       // outcome known; callbacks pending or run
+)
+
+// prodBatch is one batch, reused through Producer.free.
+type prodBatch struct {
+	p            *Producer
+	partition    int32
+	b            wire.BatchBuilder
+	cbs          []func(Ack, error)
+	opened       time.Time
+	hasToken     bool
+	hasPartToken bool
+	queued       bool   // in queues[partition] (sealed for sending; not a batch failed unsent)
+	data         []byte // the sealed batch: every attempt writes these bytes
+	seq          uint64 // its place among its partition's sealed batches
+
+	// guarded by p.ackMu
+	state     batchState
+	corr      uint32 // the attempt in flight, 0 when none
+	link      *link  // where that attempt was written
+	uncertain bool   // an earlier attempt may have been stored
+	noRetry   bool   // a later batch of its partition was stored: a retry would reorder
+	lastErr   error  // the last refusal
+	base      int64
+	ackPar    int32
+	err       error
 }
 
 // NewProducer returns a producer for opts.Topic. It asks the broker for the topic's partition
@@ -192,10 +247,17 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 8
 	}
+	if opts.MaxInFlightPerPartition <= 0 {
+		opts.MaxInFlightPerPartition = 8
+	}
+	if opts.DeliveryTimeout <= 0 {
+		opts.DeliveryTimeout = 2 * time.Minute
+	}
 	n := len(md[0].Partitions)
 	p := &Producer{
 		c: c, topic: opts.Topic, acks: opts.Acks.wire(), codec: opts.Compression,
 		nparts: n, batchBytes: opts.BatchBytes, linger: max(opts.Linger, 0),
+		deliveryTimeout: opts.DeliveryTimeout,
 		// Unkeyed messages start at a random partition: from 0 in every producer, short-lived
 		// producers (a few lines from lqcat -P) would all land on partition 0.
 		sticky: rand.IntN(max(n, 1)),
@@ -207,9 +269,20 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 		ackerDone:   make(chan struct{}),
 		free:        make(chan *prodBatch, n+opts.MaxInFlight+1),
 		parts:       make([]*prodBatch, n),
+		queues:      make([]partQueue, n),
 		ackSig:      make(chan struct{}, 1),
 		fifo:        make([]*prodBatch, 0, opts.MaxInFlight+n),
 	}
+	if p.acks != wire.AcksNone {
+		p.partSem = make([]chan struct{}, n)
+		for i := range p.partSem {
+			p.partSem[i] = make(chan struct{}, opts.MaxInFlightPerPartition)
+		}
+	}
+	for i := range p.queues {
+		p.queues[i].bo = backoff{min: reconnectMin, max: reconnectMax}
+	}
+	p.link, _, _ = c.current()
 	go p.flusher()
 	go p.acker()
 	return p, nil
@@ -220,10 +293,11 @@ func (p *Producer) Partitions() int { return p.nparts }
 
 // Send adds m to its partition's batch. It copies the key, value and headers, so the caller
 // may reuse m's buffers as soon as Send returns. It returns an error only when the message was
-// not taken: the context ended while waiting for an in-flight slot, the producer or its
-// connection is closed, or the message is invalid (over Limits().MaxMessage gives a
-// *wire.Error with wire.CodeMessageTooLarge). Otherwise cb, if not nil, is called exactly
-// once with the message's outcome. Send does not allocate.
+// not taken (so it was not stored): the context ended while waiting for an in-flight slot,
+// the producer or its Conn is closed, or the message is invalid (over Limits().MaxMessage
+// gives a *wire.Error with wire.CodeMessageTooLarge). Otherwise cb, if not nil, is called
+// exactly once with the message's outcome: its Ack, or a *ProduceError. Send does not
+// allocate.
 func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) error {
 	size := len(m.Key) + len(m.Value)
 	for _, h := range m.Headers {
@@ -246,13 +320,13 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 		return p.c.Err()
 	default:
 	}
-	haveToken := false
+	tokens := -1 // the partition whose slots this Send holds, -1 for none
 	for {
 		p.mu.Lock()
 		if p.dead != nil {
 			err := p.dead
 			p.mu.Unlock()
-			p.releaseIf(haveToken)
+			p.releaseTokens(tokens)
 			return err
 		}
 		part := p.sticky
@@ -261,6 +335,10 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 			part = int(m.Partition)
 		case len(m.Key) > 0:
 			part = wire.PartitionForKey(m.Key, p.nparts)
+		}
+		if tokens >= 0 && tokens != part {
+			p.releaseTokens(tokens) // the sticky partition moved on meanwhile
+			tokens = -1
 		}
 		b := p.parts[part]
 		if b == nil {
@@ -271,63 +349,100 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 			opening := b.b.Count() == 0
 			if opening {
 				b.opened = time.Now()
+				if p.deadlineAt.IsZero() {
+					p.deadlineAt = b.opened.Add(p.deliveryTimeout)
+					p.wake() // the flusher arms its delivery-timeout timer
+				}
 			}
 			b.b.Append(ts, m.Key, m.Value, m.Headers)
 			b.cbs = append(b.cbs, cb)
 			full := b.b.Size() >= p.batchBytes
 			switch {
-			case full && (haveToken || p.tryToken()):
+			case full && (tokens == part || p.tryTokens(part)):
 				// Seal a full batch here rather than waking the flusher for it: the
 				// flusher would only contend for p.mu with the next Send.
 				p.seal(part, flushNow)
-				haveToken = false
+				tokens = -1
 			case full, opening && (p.linger == 0 || p.timerDue.IsZero()):
 				// The flusher waits for a slot, or arms its linger timer. A timer already
 				// armed fires no later than this batch is due, and re-arms for it then.
 				p.wake()
 			}
 			p.mu.Unlock()
-			p.releaseIf(haveToken)
+			p.releaseTokens(tokens)
 			return nil
 		}
 		// The batch is full: seal it, which takes an in-flight slot.
-		if !haveToken {
-			haveToken = p.tryToken()
-		}
-		if haveToken {
+		if tokens == part || p.tryTokens(part) {
 			p.seal(part, flushNow)
-			haveToken = false
+			tokens = -1
 			p.mu.Unlock()
 			continue
 		}
 		p.flushLocked()
 		p.mu.Unlock()
-		select {
-		case p.sem <- struct{}{}:
-			haveToken = true
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.closing:
-			return ErrClosed
-		case <-p.c.done:
-			return p.c.Err()
+		if err := p.awaitTokens(ctx, part); err != nil {
+			return err
 		}
+		tokens = part
 	}
 }
 
-// tryToken takes an in-flight slot if one is free.
-func (p *Producer) tryToken() bool {
+// tryTokens takes an in-flight slot and one of partition part's, if both are free.
+func (p *Producer) tryTokens(part int) bool {
 	select {
 	case p.sem <- struct{}{}:
+	default:
+		return false
+	}
+	if p.partSem == nil {
+		return true
+	}
+	select {
+	case p.partSem[part] <- struct{}{}:
 		return true
 	default:
+		<-p.sem
 		return false
 	}
 }
 
-func (p *Producer) releaseIf(token bool) {
-	if token {
+// awaitTokens waits for an in-flight slot and one of partition part's.
+func (p *Producer) awaitTokens(ctx context.Context, part int) error {
+	if err := p.awaitToken(ctx, p.sem); err != nil {
+		return err
+	}
+	if p.partSem == nil {
+		return nil
+	}
+	if err := p.awaitToken(ctx, p.partSem[part]); err != nil {
 		<-p.sem
+		return err
+	}
+	return nil
+}
+
+func (p *Producer) awaitToken(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.closing:
+		return ErrClosed
+	case <-p.c.done:
+		return p.c.Err()
+	}
+}
+
+// releaseTokens gives back the slots taken for partition part (none when part < 0).
+func (p *Producer) releaseTokens(part int) {
+	if part < 0 {
+		return
+	}
+	<-p.sem
+	if p.partSem != nil {
+		<-p.partSem[part]
 	}
 }
 
@@ -352,16 +467,21 @@ func (p *Producer) putBatch(b *prodBatch) {
 	b.b.Reset()
 	clear(b.cbs)
 	b.cbs = b.cbs[:0]
-	b.done, b.err, b.hasToken = false, nil, false
+	b.data = nil
+	b.err, b.lastErr, b.link = nil, nil, nil
+	b.hasToken, b.hasPartToken, b.queued, b.uncertain, b.noRetry = false, false, false, false, false
+	b.state, b.corr = stUnsent, 0
 	select {
 	case p.free <- b:
 	default:
 	}
 }
 
-// Flush sends every buffered message and waits until all sent batches are acknowledged (or
-// failed). It returns the first error any message met since the previous Flush, or the
-// context's error. Messages sent concurrently with Flush may or may not be included.
+// Flush sends every buffered message and waits until all sealed batches are acknowledged or
+// have failed, across reconnects (DeliveryTimeout bounds the wait). It returns the first
+// error any message met since the previous Flush (a *ProduceError for a message taken by
+// Send), or the context's error. Messages sent concurrently with Flush may or may not be
+// included.
 func (p *Producer) Flush(ctx context.Context) error {
 	if _, err := p.sealBatches(ctx, allBatches); err != nil {
 		return err
@@ -393,35 +513,26 @@ func (p *Producer) Flush(ctx context.Context) error {
 }
 
 // Close flushes (bounded by Options.RequestTimeout), then stops the producer. Messages still
-// unacknowledged after that get ErrClosed. It returns the Flush error; it is idempotent.
-// The connection stays open.
+// unacknowledged after that fail with ErrClosed (a *ProduceError saying whether they may have
+// been stored). It returns the Flush error; it is idempotent. The connection stays open. To
+// wait for every message's outcome however long reconnecting takes, call Flush first: it
+// ends within DeliveryTimeout.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() {
 		ctx, cancel := p.c.withTimeout(context.Background())
 		err := p.Flush(ctx)
 		cancel()
-		if err == ErrClosed {
+		if errors.Is(err, ErrClosed) {
 			err = nil
 		}
 		p.failOpen(ErrClosed)
 		close(p.closing)
-		// Batches still waiting for an ack (the flush timed out) fail now.
-		p.ackMu.Lock()
-		var waiting []*prodBatch
-		for _, b := range p.fifo[p.head:] {
-			if !b.done {
-				waiting = append(waiting, b)
-			}
-		}
-		p.ackMu.Unlock()
-		for _, b := range waiting {
-			if p.c.unregister(b.corr) {
-				p.complete(b, -1, b.partition, ErrClosed)
-			}
-		}
 		<-p.flusherDone
+		p.failSealed(ErrClosed)
 		<-p.ackerDone
+		p.mu.Lock()
 		p.comp.Close()
+		p.mu.Unlock()
 		p.closeErr = err
 	})
 	return p.closeErr

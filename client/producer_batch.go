@@ -1,52 +1,127 @@
 package client
 
 import (
-	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/lightq/lightq/wire"
 )
 
-// The producer's machinery: sealing and writing batches, the flusher goroutine that enforces
-// Linger, and the acker goroutine that runs callbacks in send order and frees in-flight slots.
+// The producer's machinery for one batch: sealing it, writing it (pump: in partition order,
+// on the producer's connection), its answer, and the acker goroutine that runs callbacks in
+// send order and frees in-flight slots. producer_flusher.go has the goroutine that enforces
+// Linger, reconnects, retries and delivery timeouts.
+//
+// Where a batch waits (the structure a sequence number per batch would be stamped into):
+// it is open in Producer.parts[partition] while messages join it; seal finishes it once
+// (b.data, never rebuilt) and appends it to queues[partition].batches, in seal order, where it
+// stays until its outcome is known; pump writes the batches of a partition in that order,
+// each only after every earlier one, and writes them again, the same bytes, after a
+// reconnect or a retriable refusal. b.seq numbers the sealed batches of a partition from 0.
 
-// seal closes partition part's open batch and writes it. p.mu and an in-flight token are
-// held; the token now belongs to the batch.
+// seal closes partition part's open batch and hands it to pump. p.mu and the in-flight
+// tokens for part are held; the tokens now belong to the batch.
 func (p *Producer) seal(part int, flush flushMode) {
 	b := p.parts[part]
 	p.parts[part] = nil
-	b.hasToken = true
+	b.hasToken, b.hasPartToken = true, p.partSem != nil
 	if part == p.sticky {
 		p.sticky = (p.sticky + 1) % p.nparts
 	}
-	p.enqueue(b)
-
 	data, err := b.b.Finish(p.codec, &p.comp)
 	if p.codec != wire.CodecNone && (err != nil || len(data) >= b.b.Size() || len(data) > p.maxBatch) {
 		data, err = b.b.Finish(wire.CodecNone, nil)
 	}
 	if err != nil {
-		p.complete(b, -1, b.partition, err)
+		p.enqueue(b, false)
+		p.complete(b, -1, b.partition, newProduceError(err, false))
 		return
 	}
-	c := p.c
-	b.corr = c.nextCorr()
-	if p.acks != wire.AcksNone {
-		if err := c.register(b.corr, wire.OpProduce, b); err != nil {
-			p.complete(b, -1, b.partition, err)
+	b.data = data
+	p.enqueue(b, true)
+	p.pump(part, flush)
+}
+
+// enqueue appends a batch to the acknowledgement queue and, when it is to be sent (queued),
+// to its partition's queue.
+func (p *Producer) enqueue(b *prodBatch, queued bool) {
+	p.ackMu.Lock()
+	p.fifo = append(p.fifo, b)
+	p.outstanding++
+	b.queued = queued
+	if queued {
+		q := &p.queues[b.partition]
+		b.seq = q.sealed
+		q.sealed++
+		b.state = stUnsent
+		q.batches = append(q.batches, b)
+	} else {
+		b.state = stInFlight // not in a partition queue: only complete may touch it
+	}
+	p.ackMu.Unlock()
+}
+
+// pump writes partition part's batches that are next in order, while the producer has a
+// connection and the partition is not paused. p.mu is held.
+func (p *Producer) pump(part int, flush flushMode) {
+	l := p.link
+	if l == nil {
+		return
+	}
+	for {
+		p.ackMu.Lock()
+		q := &p.queues[part]
+		var b *prodBatch
+		if !q.paused {
+			for _, x := range q.batches {
+				if x.state == stInFlight {
+					continue
+				}
+				if x.state == stUnsent {
+					b = x
+				}
+				break // a refused batch holds back the ones after it
+			}
+		}
+		if b != nil {
+			b.state, b.corr, b.link = stInFlight, p.c.nextCorr(), l
+		}
+		p.ackMu.Unlock()
+		if b == nil || !p.write(l, b, flush) {
 			return
 		}
 	}
-	if err := c.beginWrite(); err != nil {
-		if p.acks == wire.AcksNone || c.unregister(b.corr) {
-			p.complete(b, -1, b.partition, err)
-		}
-		return
+}
+
+// write writes batch b, marked in flight, on connection l. It returns false when l is
+// broken: the batch is then unsent again (nothing left) or in flight on a dead connection
+// (bytes may have left), which the flusher's reconnect handling turns into a re-send.
+func (p *Producer) write(l *link, b *prodBatch, flush flushMode) bool {
+	c, corr := p.c, b.corr
+	if len(b.data) > l.limits.MaxBatch {
+		// The broker came back with a smaller MaxBatch than the batch was built for.
+		p.complete(b, -1, b.partition, newProduceError(&wire.Error{Code: wire.CodeMessageTooLarge,
+			Message: fmt.Sprintf("batch of %d bytes, the broker's MaxBatch is now %d", len(b.data), l.limits.MaxBatch)}, b.uncertain))
+		return true
 	}
-	p.phdr = wire.AppendProduceHeader(p.phdr[:0], p.topic, int32(part), p.acks)
-	wire.PutHeader(p.hdr[:], wire.OpProduce, 0, b.corr, len(p.phdr)+len(data))
-	if wire.HeaderSize+len(p.phdr)+len(data) > c.bw.Available() {
-		p.iovec = [3][]byte{p.hdr[:], p.phdr, data}
+	if p.acks != wire.AcksNone {
+		if err := l.register(corr, wire.OpProduce, b); err != nil {
+			p.unsend(b, corr)
+			return false
+		}
+	}
+	if err := c.beginWrite(l); err != nil {
+		if p.acks == wire.AcksNone || l.unregister(corr) {
+			p.unsend(b, corr)
+		}
+		return false
+	}
+	p.phdr = wire.AppendProduceHeader(p.phdr[:0], p.topic, b.partition, p.acks)
+	wire.PutHeader(p.hdr[:], wire.OpProduce, 0, corr, len(p.phdr)+len(b.data))
+	var err error
+	if wire.HeaderSize+len(p.phdr)+len(b.data) > c.bw.Available() {
+		p.iovec = [3][]byte{p.hdr[:], p.phdr, b.data}
 		p.iov = p.iovec[:]
 		err = c.writeVectored(&p.iov)
 		p.iovec = [3][]byte{}
@@ -56,55 +131,174 @@ func (p *Producer) seal(part int, flush flushMode) {
 			_, err = c.bw.Write(p.phdr)
 		}
 		if err == nil {
-			_, err = c.bw.Write(data)
+			_, err = c.bw.Write(b.data)
 		}
 	}
-	if err = c.endWrite(err, flush); err != nil {
-		if p.acks == wire.AcksNone || c.unregister(b.corr) {
-			p.complete(b, -1, b.partition, err)
-		}
-		return
+	if err = c.endWrite(l, err, flush); err != nil {
+		return false
 	}
 	p.unflushed = flush == flushLater
 	if p.acks == wire.AcksNone {
-		c.registerOneWay(b.corr, p)
+		l.registerOneWay(corr, p)
 		p.complete(b, -1, b.partition, nil)
 	}
+	return true
+}
+
+// unsend takes back attempt corr of b, which never reached the socket.
+func (p *Producer) unsend(b *prodBatch, corr uint32) {
+	p.ackMu.Lock()
+	if b.state == stInFlight && b.corr == corr {
+		b.state, b.corr, b.link = stUnsent, 0, nil
+	}
+	p.ackMu.Unlock()
 }
 
 // flushLocked pushes frames left in the connection's buffer by seal(..., flushLater). It runs
 // before anything blocks, since the acks that free slots need those frames sent.
 func (p *Producer) flushLocked() {
-	if !p.unflushed {
+	if !p.unflushed || p.link == nil {
 		return
 	}
 	p.unflushed = false
-	if err := p.c.beginWrite(); err == nil {
-		_ = p.c.endWrite(nil, flushNow)
+	if err := p.c.beginWrite(p.link); err == nil {
+		_ = p.c.endWrite(p.link, nil, flushNow)
 	}
 }
 
-// enqueue appends a sealed batch to the acknowledgement queue.
-func (p *Producer) enqueue(b *prodBatch) {
+// respond receives the PRODUCE answer on the reader goroutine. The end of the connection
+// (ErrConnectionLost, ErrClosed, a code that closes it) is not an answer: the flusher sees
+// the connection fail and sends the batch again on the next one.
+func (b *prodBatch) respond(corr uint32, body []byte, err error) {
+	if err != nil && connectionEnd(err) {
+		return
+	}
+	base, par := int64(-1), b.partition
+	if err == nil {
+		var r wire.ProduceResponse
+		if derr := r.Decode(body); derr != nil {
+			err = fmt.Errorf("%w: PRODUCE response: %w", ErrProtocol, derr)
+		} else {
+			base, par = r.BaseOffset, int32(r.Partition)
+		}
+	}
+	b.p.answer(b, corr, base, par, err)
+}
+
+// connectionEnd reports whether err is the end of the connection rather than an answer.
+func connectionEnd(err error) bool {
+	if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) {
+		return true
+	}
+	we := wireError(err)
+	return we != nil && we.Code.Fatal()
+}
+
+// wireError returns the broker's error in err, or nil. Keeping errors.As out of the callers
+// keeps their success path free of the allocation its target costs.
+func wireError(err error) *wire.Error {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return nil
+}
+
+// answer records the broker's answer to attempt corr of b, unless a later attempt replaced
+// it (after a reconnect) or b already has its outcome.
+func (p *Producer) answer(b *prodBatch, corr uint32, base int64, par int32, err error) {
 	p.ackMu.Lock()
-	p.fifo = append(p.fifo, b)
-	p.outstanding++
+	if b.state != stInFlight || b.corr != corr {
+		p.ackMu.Unlock()
+		return
+	}
+	b.corr, b.link = 0, nil
+	var we *wire.Error // looked up only for an error: errors.As would move it to the heap
+	if err != nil {
+		we = wireError(err)
+	}
+	switch {
+	case err == nil:
+		p.completeLocked(b, base, par, nil)
+	case we != nil && refusalOf(we.Code).retry:
+		b.state, b.lastErr = stRefused, err
+		b.uncertain = b.uncertain || refusalOf(we.Code).maybe
+		q := &p.queues[b.partition]
+		if !q.paused {
+			q.paused, q.retryAt = true, time.Time{}
+			p.retrying++
+		}
+		p.ackMu.Unlock()
+		p.wake()
+		return
+	case we != nil:
+		p.completeLocked(b, -1, par, newProduceError(err, b.uncertain || refusalOf(we.Code).maybe))
+	default: // an answer that does not decode
+		p.completeLocked(b, -1, par, newProduceError(err, true))
+	}
+	paused := p.queues[b.partition].paused
 	p.ackMu.Unlock()
+	p.signalAcker()
+	if paused {
+		p.wake() // the flusher waits for the paused partition's answers
+	}
 }
 
 // complete records a batch's outcome and wakes the acker.
 func (p *Producer) complete(b *prodBatch, base int64, par int32, err error) {
 	p.ackMu.Lock()
-	b.done, b.base, b.ackPar, b.err = true, base, par, err
+	p.completeLocked(b, base, par, err)
 	p.ackMu.Unlock()
+	p.signalAcker()
+}
+
+// completeLocked records b's outcome and takes it out of its partition's queue; p.ackMu is
+// held. A batch stored after refused ones of its partition means those cannot be retried in
+// order any more.
+func (p *Producer) completeLocked(b *prodBatch, base int64, par int32, err error) {
+	if b.state == stDone {
+		return
+	}
+	b.state, b.base, b.ackPar, b.err = stDone, base, par, err
+	b.corr, b.link = 0, nil
+	if !b.queued {
+		return
+	}
+	q := &p.queues[b.partition]
+	for i, x := range q.batches {
+		if x == b {
+			copy(q.batches[i:], q.batches[i+1:])
+			q.batches[len(q.batches)-1] = nil
+			q.batches = q.batches[:len(q.batches)-1]
+			break
+		}
+	}
+	if err != nil {
+		return
+	}
+	if q.bo.cur != 0 {
+		q.bo.reset()
+	}
+	if q.paused {
+		for _, x := range q.batches {
+			if x.state == stRefused && x.seq < b.seq {
+				x.noRetry = true
+			}
+		}
+	}
+}
+
+func (p *Producer) signalAcker() {
 	select {
 	case p.ackSig <- struct{}{}:
 	default:
 	}
 }
 
-// oneWayError receives the refusal of an AckNone batch on the reader goroutine.
-func (p *Producer) oneWayError(err *wire.Error) {
+// oneWayError receives the refusal of an AckNone batch on the reader goroutine. The batch
+// was not stored; its callback has already run.
+func (p *Producer) oneWayError(werr *wire.Error) {
+	err := newProduceError(werr, refusalOf(werr.Code).maybe)
 	p.ackMu.Lock()
 	if p.firstErr == nil {
 		p.firstErr = err
@@ -113,14 +307,11 @@ func (p *Producer) oneWayError(err *wire.Error) {
 		p.asyncErrs = append(p.asyncErrs, err)
 	}
 	p.ackMu.Unlock()
-	select {
-	case p.ackSig <- struct{}{}:
-	default:
-	}
+	p.signalAcker()
 }
 
 // acker runs callbacks for completed batches in send order and frees their slots. It exits
-// once the producer is closed or its connection has failed and nothing is outstanding.
+// once the producer is closed or its flusher has stopped, and nothing is outstanding.
 func (p *Producer) acker() {
 	defer close(p.ackerDone)
 	closing, flusherDone := p.closing, p.flusherDone
@@ -139,7 +330,7 @@ func (p *Producer) acker() {
 			errs = append(errs[:0], p.asyncErrs...)
 			p.asyncErrs = p.asyncErrs[:0]
 			var b *prodBatch
-			if p.head < len(p.fifo) && p.fifo[p.head].done {
+			if p.head < len(p.fifo) && p.fifo[p.head].state == stDone {
 				b = p.fifo[p.head]
 				p.fifo[p.head] = nil
 				p.head++
@@ -191,120 +382,14 @@ func (p *Producer) finish(b *prodBatch) {
 		p.drained = nil
 	}
 	p.ackMu.Unlock()
-	p.releaseIf(b.hasToken)
+	if b.hasToken {
+		<-p.sem
+	}
+	if b.hasPartToken {
+		<-p.partSem[b.partition]
+	}
+	if (b.hasToken || b.hasPartToken) && p.tokenWait.Load() && p.tokenWait.CompareAndSwap(true, false) {
+		p.wake()
+	}
 	p.putBatch(b)
-}
-
-// flusher seals batches whose linger has expired or that are full, and fails the open
-// batches when the connection breaks.
-func (p *Producer) flusher() {
-	defer close(p.flusherDone)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select {
-		case <-p.kick:
-		case <-timer.C:
-		case <-p.closing:
-			return
-		case <-p.c.done:
-			p.failOpen(p.c.Err())
-			return
-		}
-		next, err := p.sealBatches(context.Background(), dueBatches)
-		if err != nil {
-			continue // closing or connection down: the next select sees it
-		}
-		d := time.Hour
-		if !next.IsZero() {
-			d = max(time.Until(next), 0)
-		}
-		timer.Reset(d)
-	}
-}
-
-// sealScope says which open batches sealBatches seals.
-type sealScope uint8
-
-const (
-	dueBatches sealScope = iota // full ones and those whose linger is over (the flusher)
-	allBatches                  // every one that holds a message (Flush)
-)
-
-// sealBatches seals the open batches of scope and returns the earliest time another becomes
-// due.
-func (p *Producer) sealBatches(ctx context.Context, scope sealScope) (time.Time, error) {
-	all := scope == allBatches
-	var next time.Time
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for part := 0; part < p.nparts; part++ {
-		b := p.parts[part]
-		if b == nil || b.b.Count() == 0 {
-			continue
-		}
-		due := b.opened.Add(p.linger)
-		if !all && b.b.Size() < p.batchBytes && time.Now().Before(due) {
-			if next.IsZero() || due.Before(next) {
-				next = due
-			}
-			continue
-		}
-		select {
-		case p.sem <- struct{}{}:
-		default:
-			p.flushLocked()
-			if !all {
-				// No timer is armed while we wait: a Send opening a batch meanwhile (on a
-				// partition this scan has passed) must wake the flusher to rescan.
-				p.timerDue = time.Time{}
-			}
-			p.mu.Unlock()
-			var err error
-			select {
-			case p.sem <- struct{}{}:
-			case <-ctx.Done():
-				err = ctx.Err()
-			case <-p.closing:
-				err = ErrClosed
-			case <-p.c.done:
-				err = p.c.Err()
-			}
-			p.mu.Lock()
-			if err != nil {
-				return next, err
-			}
-			if p.dead != nil || p.parts[part] == nil || p.parts[part].b.Count() == 0 {
-				<-p.sem
-				continue
-			}
-		}
-		p.seal(part, flushLater)
-	}
-	p.flushLocked()
-	if !all {
-		p.timerDue = next // the flusher arms its timer for next (no timer when zero)
-	}
-	return next, nil
-}
-
-// failOpen stops the producer with err and fails every message still in an open batch.
-func (p *Producer) failOpen(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.dead == nil {
-		p.dead = err
-	}
-	for part, b := range p.parts {
-		if b == nil {
-			continue
-		}
-		p.parts[part] = nil
-		if b.b.Count() == 0 {
-			p.putBatch(b)
-			continue
-		}
-		p.enqueue(b)
-		p.complete(b, -1, b.partition, err)
-	}
 }

@@ -301,7 +301,7 @@ func TestProducerBatchErrorFailsThatBatch(t *testing.T) {
 	fb.set(func(fb *fakeBroker) {
 		fb.produceHook = func(n int, _ *wire.Produce) *wire.Error {
 			if n == 2 {
-				return &wire.Error{Code: wire.CodeStorageFull, Message: "disk full"}
+				return &wire.Error{Code: wire.CodeCorruptBatch, Message: "bad batch"}
 			}
 			return nil
 		}
@@ -317,8 +317,11 @@ func TestProducerBatchErrorFailsThatBatch(t *testing.T) {
 			}
 		}
 		err := p.Flush(ctx)
-		if wantErr := batch == 1; wantErr != errors.Is(err, &wire.Error{Code: wire.CodeStorageFull}) {
+		if wantErr := batch == 1; wantErr != errors.Is(err, &wire.Error{Code: wire.CodeCorruptBatch}) {
 			t.Fatalf("Flush after batch %d: %v", batch, err)
+		}
+		if batch == 1 && (!errors.Is(err, client.ErrNotStored) || errors.Is(err, client.ErrMaybeStored)) {
+			t.Fatalf("Flush after the refused batch: %v, want ErrNotStored", err)
 		}
 	}
 	log.exactlyOnce(t, 15)
@@ -332,40 +335,6 @@ func TestProducerBatchErrorFailsThatBatch(t *testing.T) {
 	if a := log.acks[10][0]; a.Offset != 5 {
 		t.Fatalf("first message after the refusal at offset %d, want 5", a.Offset)
 	}
-}
-
-func TestProducerConnectionLoss(t *testing.T) {
-	fb := startFake(t)
-	fb.AddTopic("events", 2)
-	c := dial(t, fb)
-	fb.set(func(fb *fakeBroker) { fb.holdAcks = true })
-	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 4096, MaxInFlight: 8, Linger: time.Hour})
-	ctx := testCtx(t)
-	log := newAckLog()
-	const n = 30
-	val := bytes.Repeat([]byte("z"), 900)
-	for i := range n {
-		m := client.Message{Value: val, Partition: int32(i % 2), HasPartition: true}
-		if err := p.Send(ctx, &m, log.cb(i)); err != nil {
-			t.Fatalf("Send %d: %v", i, err)
-		}
-	}
-	// Some batches are in flight (acks held), some are open.
-	fb.DropConns()
-	if err := p.Flush(ctx); !errors.Is(err, client.ErrConnectionLost) {
-		t.Fatalf("Flush = %v, want ErrConnectionLost", err)
-	}
-	log.exactlyOnce(t, n)
-	if len(log.acks) != 0 {
-		t.Fatalf("%d messages acked although no ack was sent", len(log.acks))
-	}
-	if err := p.Send(ctx, &client.Message{Value: val}, nil); !errors.Is(err, client.ErrConnectionLost) {
-		t.Fatalf("Send after loss: %v", err)
-	}
-	if err := p.Close(); err != nil && !errors.Is(err, client.ErrConnectionLost) {
-		t.Fatalf("Close: %v", err)
-	}
-	log.exactlyOnce(t, n)
 }
 
 // TestProducerCloseUnblocksSend runs in a synctest bubble, where synctest.Wait tells when the

@@ -14,7 +14,7 @@ type call struct {
 	err  error
 }
 
-func (cl *call) respond(body []byte, err error) {
+func (cl *call) respond(_ uint32, body []byte, err error) {
 	if err == nil {
 		cl.body = append([]byte(nil), body...)
 	}
@@ -30,19 +30,37 @@ func (c *Conn) withTimeout(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, c.opts.RequestTimeout)
 }
 
-// roundTrip sends one request and waits for its answer: the response body, or the broker's
-// *wire.Error, or the context's or the connection's error. When the context ends first the
-// slot is dropped and a late answer is discarded.
+// roundTrip sends one request on the working connection (waiting for a reconnect in progress)
+// and waits for its answer: the response body, or the broker's *wire.Error, or the context's
+// or the connection's error. A request in flight when the connection breaks fails with an
+// error wrapping ErrConnectionLost; it is not sent again, since it may have been carried out.
 func (c *Conn) roundTrip(ctx context.Context, op wire.Op, body []byte) ([]byte, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	cl := &call{done: make(chan struct{})}
-	corr := c.nextCorr()
-	if err := c.register(corr, op, cl); err != nil {
+	l, err := c.awaitLink(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.writeFrame(op, corr, body); err != nil {
-		if c.unregister(corr) {
+	return c.exchange(ctx, l, op, body, false)
+}
+
+// exchange sends one request on link l and waits for its answer. When the context ends first
+// the slot is dropped and a late answer is discarded. direct writes straight to the socket
+// (the handshake, before l is installed).
+func (c *Conn) exchange(ctx context.Context, l *link, op wire.Op, body []byte, direct bool) ([]byte, error) {
+	cl := &call{done: make(chan struct{})}
+	corr := c.nextCorr()
+	if err := l.register(corr, op, cl); err != nil {
+		return nil, err
+	}
+	var err error
+	if direct {
+		err = l.writeDirect(op, corr, body)
+	} else {
+		err = c.writeFrame(l, op, corr, body)
+	}
+	if err != nil {
+		if l.unregister(corr) {
 			return nil, err
 		}
 		<-cl.done
@@ -52,7 +70,7 @@ func (c *Conn) roundTrip(ctx context.Context, op wire.Op, body []byte) ([]byte, 
 	case <-cl.done:
 		return cl.body, cl.err
 	case <-ctx.Done():
-		if c.unregister(corr) {
+		if l.unregister(corr) {
 			return nil, ctx.Err()
 		}
 		<-cl.done // the answer is being delivered right now
@@ -72,23 +90,28 @@ func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 // pendingCall is a request already written, whose answer is still to come.
 type pendingCall struct {
 	c    *Conn
+	l    *link
 	corr uint32
 	cl   *call
 }
 
-// startCall registers and writes one request now, on the caller's goroutine, and returns
-// what waits for its answer: for a caller whose requests must reach the broker in the order
-// it made them (a group member's heartbeats: an older one carrying a partition the member
-// has since released must not arrive after the release), which concurrent roundTrips do not
-// promise.
-func (c *Conn) startCall(op wire.Op, body []byte) (*pendingCall, error) {
-	cl := &call{done: make(chan struct{})}
-	corr := c.nextCorr()
-	if err := c.register(corr, op, cl); err != nil {
+// startCall writes one request now, on the caller's goroutine, on the working connection
+// (waiting for a reconnect in progress, within ctx), and returns what waits for its answer:
+// for a caller whose requests must reach the broker in the order it made them (a group
+// member's heartbeats: an older one carrying a partition the member has since released must
+// not arrive after the release), which concurrent roundTrips do not promise.
+func (c *Conn) startCall(ctx context.Context, op wire.Op, body []byte) (*pendingCall, error) {
+	l, err := c.awaitLink(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.writeFrame(op, corr, body); err != nil {
-		if c.unregister(corr) {
+	cl := &call{done: make(chan struct{})}
+	corr := c.nextCorr()
+	if err := l.register(corr, op, cl); err != nil {
+		return nil, err
+	}
+	if err := c.writeFrame(l, op, corr, body); err != nil {
+		if l.unregister(corr) {
 			return nil, err
 		}
 		<-cl.done
@@ -96,7 +119,7 @@ func (c *Conn) startCall(op wire.Op, body []byte) (*pendingCall, error) {
 			return nil, cl.err
 		}
 	}
-	return &pendingCall{c: c, corr: corr, cl: cl}, nil
+	return &pendingCall{c: c, l: l, corr: corr, cl: cl}, nil
 }
 
 // wait waits for the answer of a started call, as roundTrip does.
@@ -107,7 +130,7 @@ func (p *pendingCall) wait(ctx context.Context) ([]byte, error) {
 	case <-p.cl.done:
 		return p.cl.body, p.cl.err
 	case <-ctx.Done():
-		if p.c.unregister(p.corr) {
+		if p.l.unregister(p.corr) {
 			return nil, ctx.Err()
 		}
 		<-p.cl.done // the answer is being delivered right now

@@ -71,11 +71,14 @@ func (r *Received) clone() Received {
 	return m
 }
 
-// Subscription receives the batches the broker pushes for one SUBSCRIBE. Consume it with
+// Subscription receives the batches the broker pushes for one SUBSCRIBE, on one connection:
+// when that connection breaks, the subscription ends with an error wrapping ErrConnectionLost
+// once what it had queued is consumed (Err). Consume it with
 // Each (no allocation per message) or Messages (a channel of copies), not both, and from one
 // goroutine at a time. Close, Dropped, Err and the accessors are safe from any goroutine.
 type Subscription struct {
 	c          *Conn
+	l          *link // the connection the subscription lives on; it ends with it
 	topic      string
 	id         uint32
 	partitions int
@@ -128,7 +131,7 @@ const maxFreeBuffers = 32
 // subCall is the pending slot of a SUBSCRIBE. Its response registers the subscription on the
 // reader goroutine, before the first DELIVER can be read.
 type subCall struct {
-	c         *Conn
+	l         *link
 	s         *Subscription
 	done      chan struct{}
 	mu        sync.Mutex
@@ -137,20 +140,21 @@ type subCall struct {
 	err       error
 }
 
-func (sc *subCall) respond(body []byte, err error) {
+func (sc *subCall) respond(_ uint32, body []byte, err error) {
 	if err == nil {
 		var r wire.SubscribeResponse
 		if derr := r.Decode(body); derr != nil {
 			err = fmt.Errorf("%w: SUBSCRIBE response: %w", ErrProtocol, derr)
 		} else {
 			sc.s.id, sc.s.partitions = r.SubscriptionID, int(r.Partitions)
-			sc.c.mu.Lock()
-			if sc.c.err != nil {
-				err = sc.c.err
+			c := sc.l.c
+			c.mu.Lock()
+			if sc.l.err != nil {
+				err = sc.l.err
 			} else {
-				sc.c.subs[r.SubscriptionID] = sc.s
+				sc.l.subs[r.SubscriptionID] = sc.s
 			}
-			sc.c.mu.Unlock()
+			c.mu.Unlock()
 		}
 	}
 	sc.mu.Lock()
@@ -196,13 +200,18 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 	req := wire.Subscribe{Topic: opts.Topic, Partition: part, QueueGroup: opts.QueueGroup, Credit: uint32(opts.Window)}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	sc := &subCall{c: c, s: s, done: make(chan struct{})}
-	corr := c.nextCorr()
-	if err := c.register(corr, wire.OpSubscribe, sc); err != nil {
+	l, err := c.awaitLink(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.writeFrame(wire.OpSubscribe, corr, req.AppendTo(nil)); err != nil {
-		if c.unregister(corr) {
+	s.l = l
+	sc := &subCall{l: l, s: s, done: make(chan struct{})}
+	corr := c.nextCorr()
+	if err := l.register(corr, wire.OpSubscribe, sc); err != nil {
+		return nil, err
+	}
+	if err := c.writeFrame(l, wire.OpSubscribe, corr, req.AppendTo(nil)); err != nil {
+		if l.unregister(corr) {
 			return nil, err
 		}
 	}
@@ -248,8 +257,10 @@ func (s *Subscription) Partitions() int { return s.partitions }
 // as reported in the batches consumed.
 func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
 
-// Err is nil while the subscription is active, ErrClosed after Close, or the connection's
-// error.
+// Err is nil while the subscription is active, ErrClosed after Close, or the error that ended
+// its connection (wrapping ErrConnectionLost). A subscription does not survive its connection:
+// the broker forgets it, and a transient topic keeps no position to resume from. The Conn
+// reconnects by itself; subscribe again on it (what was pushed meanwhile is not delivered).
 func (s *Subscription) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -412,9 +423,9 @@ func (s *Subscription) release(q queuedBatch) {
 	grant := s.consumed
 	s.consumed = 0
 	corr := s.c.nextCorr()
-	s.c.registerOneWay(corr, s)
+	s.l.registerOneWay(corr, s)
 	cr := wire.Credit{SubscriptionID: s.id, Bytes: uint32(grant)}
-	_ = s.c.writeFrame(wire.OpCredit, corr, cr.AppendTo(s.credit[:0]))
+	_ = s.c.writeFrame(s.l, wire.OpCredit, corr, cr.AppendTo(s.credit[:0]))
 }
 
 // Each calls handler for every message, in order per partition, until ctx ends, handler
@@ -505,22 +516,23 @@ func (s *Subscription) Messages() <-chan Received {
 // ErrClosed. It is idempotent and safe from any goroutine, including a handler.
 func (s *Subscription) Close() error {
 	s.closeOnce.Do(func() {
-		c := s.c
+		c, l := s.c, s.l
 		c.mu.Lock()
-		if c.subs != nil && c.subs[s.id] == s {
-			delete(c.subs, s.id)
+		if l.subs != nil && l.subs[s.id] == s {
+			delete(l.subs, s.id)
 		}
+		failed := l.err != nil
 		c.mu.Unlock()
 		s.fail(ErrClosed)
 		s.msgsStop()
-		if c.Err() != nil {
-			return
+		if failed {
+			return // the broker forgot the subscription with its connection
 		}
 		ctx, cancel := c.withTimeout(context.Background())
 		defer cancel()
 		req := wire.Unsubscribe{SubscriptionID: s.id}
-		_, err := c.roundTrip(ctx, wire.OpUnsubscribe, req.AppendTo(nil))
-		if err != nil && !errors.Is(err, &wire.Error{Code: wire.CodeUnknownSubscription}) && !errors.Is(err, ErrClosed) {
+		_, err := c.exchange(ctx, l, wire.OpUnsubscribe, req.AppendTo(nil), false)
+		if err != nil && !errors.Is(err, &wire.Error{Code: wire.CodeUnknownSubscription}) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrConnectionLost) {
 			s.closeErr = err
 		}
 	})

@@ -25,6 +25,7 @@ import (
 
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
+	"github.com/lightq/lightq/internal/proxytest"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -379,42 +380,83 @@ type loadResult struct {
 	sendErrs    map[string]int
 }
 
-// runLoad runs producers and the live consumer against b, kills b after killAfter and waits
-// for the clients to see it.
-func runLoad(t *testing.T, b *brokerProc, st *history, cycle int, seed uint64, rate int, killAfter time.Duration) loadResult {
+// producer is one of a data directory's producers: it lives through all of the directory's
+// cycles on one reconnecting Conn, through the proxy, and never dials again by hand.
+type producer struct {
+	c *client.Conn
+	p *client.Producer
+	h *prodHist
+}
+
+// producerDeliveryTimeout is how long a message may wait for its acknowledgement, across the
+// kill and the restart (restarts take well under a second; maxRestartP99 bounds them).
+const producerDeliveryTimeout = time.Minute
+
+// startProducers dials the producers of a data directory whose first cycle is cycle.
+func startProducers(t *testing.T, addr string, st *history, cycle int) []producer {
+	t.Helper()
+	var pcs []producer
+	for i := 0; i < producers; i++ {
+		pid := uint32(cycle*producers + i + 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := client.Dial(ctx, addr, adminOptions(fmt.Sprintf("crash-p%d", pid)))
+		cancel()
+		if err != nil {
+			t.Fatalf("producer %d: dial: %v", pid, err)
+		}
+		p, err := c.NewProducer(client.ProducerOptions{Topic: topicName, Acks: client.AckWritten, MaxInFlight: window,
+			DeliveryTimeout: producerDeliveryTimeout})
+		if err != nil {
+			t.Fatalf("producer %d: %v", pid, err)
+		}
+		pcs = append(pcs, producer{c, p, st.newProducer(pid, cycle)})
+	}
+	return pcs
+}
+
+// flushProducers waits until every message sent so far has its outcome.
+func flushProducers(t *testing.T, pcs []producer) map[string]int {
+	errs := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, pc := range pcs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), producerDeliveryTimeout+30*time.Second)
+			defer cancel()
+			if err := pc.p.Flush(ctx); err != nil {
+				mu.Lock()
+				errs[errClass(err)]++ // each message's outcome is in the history
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func closeProducers(pcs []producer) {
+	for _, pc := range pcs {
+		_ = pc.p.Close()
+		pc.c.Close()
+	}
+}
+
+// runLoad runs the producers, the live consumer and the committer against b, kills b after
+// killAfter and waits for the producers' loops and the consumer to stop. The producers are
+// not flushed: their unacknowledged batches wait for the restart.
+func runLoad(t *testing.T, b *brokerProc, pcs []producer, st *history, cycle int, seed uint64, rate int, killAfter time.Duration) loadResult {
 	t.Helper()
 	var res loadResult
 	res.sendErrs = map[string]int{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	type prodConn struct {
-		c *client.Conn
-		p *client.Producer
-		h *prodHist
-	}
-	var pcs []prodConn
-	for i := 0; i < producers; i++ {
-		pid := uint32(cycle*producers + i + 1)
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := client.Dial(dctx, b.addr, adminOptions(fmt.Sprintf("crash-p%d", pid)))
-		dcancel()
-		if err != nil {
-			t.Fatalf("producer %d: dial: %v; log:\n%s", pid, err, b.log.tail(4000))
-		}
-		p, err := c.NewProducer(client.ProducerOptions{Topic: topicName, Acks: client.AckWritten, MaxInFlight: window})
-		if err != nil {
-			t.Fatalf("producer %d: %v", pid, err)
-		}
-		pcs = append(pcs, prodConn{c, p, st.newProducer(pid, cycle)})
-	}
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	cc, err := client.Dial(dctx, b.addr, adminOptions("crash-consumer"))
 	dcancel()
 	if err != nil {
 		t.Fatalf("consumer: dial: %v", err)
 	}
-
 	dctx, dcancel = context.WithTimeout(ctx, 10*time.Second)
 	committer, err := client.Dial(dctx, b.addr, adminOptions("crash-committer"))
 	dcancel()
@@ -425,10 +467,11 @@ func runLoad(t *testing.T, b *brokerProc, st *history, cycle int, seed uint64, r
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	for _, pc := range pcs {
+		pc.h.setCycle(cycle)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := produce(ctx, pc.p, pc.h, st.seed, rand.New(rand.NewPCG(seed, uint64(pc.h.id))), rate)
+			err := produce(ctx, pc.p, pc.h, st.seed, rand.New(rand.NewPCG(seed, uint64(pc.h.id)<<8|uint64(cycle&0xff))), rate)
 			if err != nil {
 				errMu.Lock()
 				res.sendErrs[errClass(err)]++
@@ -458,10 +501,6 @@ func runLoad(t *testing.T, b *brokerProc, st *history, cycle int, seed uint64, r
 	case <-time.After(30 * time.Second):
 		t.Fatalf("producers or consumer still running 30 s after the broker was killed")
 	}
-	for _, pc := range pcs {
-		_ = pc.p.Close() // every message now has its outcome; errors are in the history
-		pc.c.Close()
-	}
 	cc.Close()
 	committer.Close()
 	return res
@@ -472,6 +511,8 @@ func errClass(err error) string {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return "canceled"
+	case errors.Is(err, client.ErrDeliveryTimeout):
+		return "delivery timeout"
 	case errors.Is(err, client.ErrConnectionLost):
 		return "connection lost"
 	case errors.As(err, &we):
@@ -481,14 +522,18 @@ func errClass(err error) string {
 }
 
 // produce sends paced messages of random size to random partitions until ctx ends or Send
-// fails; it returns Send's error (nil when ctx ended first).
+// fails; it returns Send's error (nil when ctx ended first). Only this goroutine adds to h
+// while it runs.
 func produce(ctx context.Context, p *client.Producer, h *prodHist, hseed maphash.Seed, rng *rand.Rand, rate int) error {
 	buf := make([]byte, maxPayload)
 	start := time.Now()
-	for seq := uint64(0); ; seq++ {
+	h.mu.Lock()
+	first := uint64(len(h.msgs)) // the producer lives through cycles: seq goes on
+	h.mu.Unlock()
+	for seq := first; ; seq++ {
 		// Pace at rate messages a second, in bursts of up to 5 ms worth (so batches hold a
 		// few messages rather than one).
-		due := start.Add(time.Duration(float64(seq) / float64(rate) * float64(time.Second)))
+		due := start.Add(time.Duration(float64(seq-first) / float64(rate) * float64(time.Second)))
 		if d := time.Until(due); d > 5*time.Millisecond {
 			select {
 			case <-ctx.Done():
@@ -508,7 +553,7 @@ func produce(ctx context.Context, p *client.Producer, h *prodHist, hseed maphash
 			h.resolve(seq, a, err)
 		})
 		if err != nil {
-			h.unsent(seq)
+			h.unsent(seq) // not taken: a Send blocked on a full producer when the cycle ended
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -718,6 +763,7 @@ func checkGarbageCut(g garbage) error {
 
 type modeSummary struct {
 	counts
+	dupMsgs        int // messages stored more than once (at the last pass of their data directory)
 	cycles         int
 	restarts       []time.Duration
 	fdMax          int
@@ -754,6 +800,9 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 	var sum modeSummary
 	sum.overheadFresh = -1
 	hseed := maphash.MakeSeed()
+	// The producers dial the proxy, which forwards to whichever broker runs now: restarted
+	// brokers listen on new ports (127.0.0.1:0), and the producers only reconnect.
+	proxy := proxytest.Start(t)
 
 	for done := 0; done < cycles && !t.Failed(); {
 		n := min(gen, cycles-done)
@@ -770,17 +819,19 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 		if err != nil {
 			t.Fatalf("create topic: %v; log:\n%s", err, b.log.tail(4000))
 		}
+		st := newHistory(hseed)
+		proxy.SetBackend(b.addr)
+		pcs := startProducers(t, proxy.Addr(), st, done)
 		if fds, err := countFDs(b.pid); err == nil && sum.overheadFresh < 0 {
 			sum.overheadFresh = fds - 2*partitions // one segment and one checkpoint file each
 			sum.rssFresh = vmRSS(b.pid)
 			t.Logf("fresh start: %d fds, RSS %.1f MiB", fds, float64(sum.rssFresh)/(1<<20))
 		}
-		st := newHistory(hseed)
 		for i := 0; i < n && !t.Failed(); i++ {
 			cycle := done + i
 			sum.cycles++
 			killAfter := minKill + time.Duration(rng.Int64N(int64(maxKill-minKill)+1))
-			lr := runLoad(t, b, st, cycle, seed, rate, killAfter)
+			lr := runLoad(t, b, pcs, st, cycle, seed, rate, killAfter)
 			admin.Close()
 
 			var gs []garbage
@@ -801,6 +852,21 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			var restart time.Duration
 			b, admin, restart = startBroker(t, bin, dataDir)
 			sum.restarts = append(sum.restarts, restart)
+			// Check the cut before the producers come back and append again.
+			garbageNote := ""
+			for _, g := range gs {
+				sum.garbageApplied++
+				if err := checkGarbageCut(g); err != nil {
+					t.Errorf("cycle %d partition %d: %v; log:\n%s", cycle, g.part, err, b.log.tail(4000))
+				} else {
+					sum.garbageCut++
+				}
+				garbageNote += fmt.Sprintf(" p%d+%dB(%s)", g.part, len(g.bytes), g.kind)
+			}
+			if garbageNote != "" {
+				garbageNote = "; garbage" + garbageNote
+			}
+			proxy.SetBackend(b.addr)
 			fds, ferr := countFDs(b.pid)
 			nsegs := 0
 			for part := 0; part < partitions; part++ {
@@ -822,6 +888,9 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			sum.rssMax = max(sum.rssMax, vmRSS(b.pid))
 			sum.tornLogged += strings.Count(b.log.String(), "torn tail")
 
+			// The producers reconnect by themselves and send again what was not acknowledged;
+			// once flushed, every message sent in the cycle has its outcome.
+			flushErrs := flushProducers(t, pcs)
 			var r report
 			st.settleCycle(cycle, &r)
 			r.liveRead, r.liveCorrupt = len(lr.live), lr.liveCorrupt
@@ -844,24 +913,11 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 			r.indetPresent = st.indeterminatePresent(cycle)
 			sum.add(r.counts)
 
-			garbageNote := ""
-			for _, g := range gs {
-				sum.garbageApplied++
-				if err := checkGarbageCut(g); err != nil {
-					t.Errorf("cycle %d partition %d: %v; log:\n%s", cycle, g.part, err, b.log.tail(4000))
-				} else {
-					sum.garbageCut++
-				}
-				garbageNote += fmt.Sprintf(" p%d+%dB(%s)", g.part, len(g.bytes), g.kind)
-			}
-			if garbageNote != "" {
-				garbageNote = "; garbage" + garbageNote
-			}
 			t.Logf("cycle %2d: killed after %4dms; attempted %5d acked %5d failed %d unsent %d indeterminate %3d (present %3d); live read %5d; commits sent %d acked %d; restart %6.1fms, %d fds, %d segments; hw %v%s",
 				cycle, killAfter.Milliseconds(), r.attempted, r.acked, r.failed, r.unsent, r.indeterminate, r.indetPresent,
 				r.liveRead, r.commitsSent, r.commitsAcked, ms(restart), fds, nsegs, st.hw, garbageNote)
-			if len(lr.sendErrs) > 0 {
-				t.Logf("          Send errors: %v", lr.sendErrs)
+			if len(lr.sendErrs) > 0 || len(flushErrs) > 0 {
+				t.Logf("          Send errors: %v; Flush errors: %v", lr.sendErrs, flushErrs)
 			}
 			if verr != nil {
 				t.Errorf("cycle %d: verification read failed: %v", cycle, verr)
@@ -870,6 +926,8 @@ func runMode(t *testing.T, m mode, cycles int, seed uint64, torn bool) modeSumma
 				t.Errorf("cycle %d: %d violations:\n  %s\nbroker log:\n%s", cycle, r.violations(), strings.Join(r.problems, "\n  "), b.log.tail(6000))
 			}
 		}
+		closeProducers(pcs)
+		sum.dupMsgs += st.duplicatedMessages()
 		admin.Close()
 		b.kill(t)
 		if !t.Failed() {
@@ -899,6 +957,7 @@ func logSummary(t *testing.T, name string, s modeSummary) {
 		s.commitsSent, s.commitsAcked, s.commitsFailed, s.commitsIndeterminate, s.commitLost, s.commitPhantom,
 		ms(percentile(s.restarts, 1)), ms(percentile(s.restarts, 0.99)), s.fdMax, s.overheadMax, s.overheadFresh,
 		float64(s.rssMax)/(1<<20), float64(s.rssFresh)/(1<<20))
+	logCrashLine(t, name, s)
 	if p99 := percentile(s.restarts, 0.99); p99 > maxRestartP99 {
 		t.Errorf("%s: restart-to-serving p99 %v, over %v (plan D1 target: 1 s for a log up to 1 GiB)", name, p99, maxRestartP99)
 	}
@@ -906,6 +965,33 @@ func logSummary(t *testing.T, name string, s modeSummary) {
 		t.Logf("SUMMARY %s: torn tails: garbage appended to %d active segments, %d cut and saved to .broken files; broker logged %d torn-tail cuts",
 			name, s.garbageApplied, s.garbageCut, s.tornLogged)
 	}
+}
+
+// logCrashLine prints the summary that make crash reports: lost counts acknowledged messages
+// not found at their acknowledged offset; duplicated, messages stored more than once;
+// unknown, messages whose failure the client reported as maybe stored.
+func logCrashLine(t *testing.T, name string, s modeSummary) {
+	t.Helper()
+	t.Logf("crash: cycles=%d acked=%d lost=%d duplicated=%d unknown=%d (%s)",
+		s.cycles, s.acked, s.lostAcked+s.misplaced, s.dupMsgs, s.indeterminate, name)
+	if s.dupMsgs > 0 && !requireNoDuplicates {
+		t.Logf("%s: %d messages stored twice are allowed until the broker deduplicates re-sent batches (requireNoDuplicates)", name, s.dupMsgs)
+	}
+}
+
+// runModes runs every fsync mode as a subtest and logs the summary over all of them.
+func runModes(t *testing.T, seed uint64, per int, torn bool) {
+	var total modeSummary
+	for i, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			s := runMode(t, m, per, seed+uint64(i), torn)
+			logSummary(t, m.name, s)
+			total.counts.add(s.counts)
+			total.cycles += s.cycles
+			total.dupMsgs += s.dupMsgs
+		})
+	}
+	logCrashLine(t, "all fsync modes", total)
 }
 
 // TestCrashKill9 is reliability plan D1: kill -9 cycles of the real broker on a real disk,
@@ -917,12 +1003,7 @@ func TestCrashKill9(t *testing.T) {
 	seed := testSeed(t)
 	per := cyclesPerMode(t, 24, 1)
 	t.Logf("LIGHTQ_CRASH_SEED=%d repeats the random choices; %d cycles per mode", seed, per)
-	for i, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			s := runMode(t, m, per, seed+uint64(i), false)
-			logSummary(t, m.name, s)
-		})
-	}
+	runModes(t, seed, per, false)
 }
 
 // TestCrashTornTail is TestCrashKill9 with a torn write imitated in about half the cycles:
@@ -936,10 +1017,5 @@ func TestCrashTornTail(t *testing.T) {
 	seed := envSeed ^ 0x746f726e
 	per := cyclesPerMode(t, 24, 2)
 	t.Logf("LIGHTQ_CRASH_SEED=%d repeats the random choices; %d cycles per mode", envSeed, per)
-	for i, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			s := runMode(t, m, per, seed+uint64(i), true)
-			logSummary(t, m.name, s)
-		})
-	}
+	runModes(t, seed, per, true)
 }

@@ -5,6 +5,20 @@
 // log to prove the verifier catches it). The crash tests in crash_test.go build
 // the binary themselves and are skipped with -short.
 //
+// The producers never dial again by hand: each lives through all the cycles of its data
+// directory on one reconnecting client.Conn, through a proxy (internal/proxytest) that
+// forwards to whichever broker runs now, and the client re-sends what the kill left
+// unacknowledged. After each restart the producers are flushed, so that every message has
+// its outcome, and the whole topic is read back. Each mode, and the test, ends with
+//
+//	crash: cycles=N acked=N lost=N duplicated=N unknown=N
+//
+// lost: acknowledged messages not found at the offset their acknowledgement names (must be
+// 0); duplicated: messages stored more than once, which the client's re-sends cause until
+// the broker deduplicates (requireNoDuplicates, in verifier_test.go, makes them a violation);
+// unknown: messages the client failed as "may have been stored". lqcat_test.go runs lqcat -P
+// from a pipe through a kill -9 and a SIGTERM of the real binary.
+//
 // Knobs (environment):
 //
 //	LIGHTQ_CRASH_CYCLES  kill -9 cycles over the three fsync modes together (default 24)

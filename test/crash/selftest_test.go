@@ -2,6 +2,7 @@ package crash
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
 	"slices"
@@ -55,9 +56,9 @@ func (s *selfTest) send(h *prodHist, part int, st status, stored bool) []byte {
 	case stAcked:
 		h.resolve(seq, client.Ack{Partition: int32(part), Offset: off}, nil)
 	case stFailed:
-		h.resolve(seq, client.Ack{}, &wire.Error{Code: wire.CodeStorageError})
+		h.resolve(seq, client.Ack{}, fmt.Errorf("lightq: %w (%w)", &wire.Error{Code: wire.CodeUnknownTopic}, client.ErrNotStored))
 	case stIndeterminate:
-		h.resolve(seq, client.Ack{}, client.ErrConnectionLost)
+		h.resolve(seq, client.Ack{}, fmt.Errorf("%w (%w)", client.ErrConnectionLost, client.ErrMaybeStored))
 	case stUnsent:
 		h.unsent(seq)
 	}
@@ -121,7 +122,17 @@ func TestVerifierCatches(t *testing.T) {
 			s.send(s.st.prods[2], 1, stUnsent, true)
 		}, false, func(r report) bool { return r.failedPresent == 1 }},
 		{"duplicate-of-acked", func(_ *testing.T, s *selfTest) { s.log[1] = append(s.log[1], s.log[1][0]) }, false,
-			func(r report) bool { return r.illegalDup == 1 }},
+			func(r report) bool { return r.duplicates == 1 && r.illegalDup == 0 && r.violations() == 0 }},
+		{"duplicate-refused", func(_ *testing.T, s *selfTest) {
+			s.st.noDuplicates = true // requireNoDuplicates, once the broker deduplicates
+			s.log[1] = append(s.log[1], s.log[1][0])
+		}, false, func(r report) bool { return r.duplicates == 1 && r.illegalDup == 1 }},
+		{"error-that-does-not-say", func(_ *testing.T, s *selfTest) {
+			h := s.st.prods[2]
+			seq := uint64(len(h.msgs))
+			h.add(msgRec{ackPart: -1, off: -1})
+			h.resolve(seq, client.Ack{}, client.ErrClosed) // neither sentinel: counted as unknown
+		}, false, func(r report) bool { return r.indeterminate == 3 }},
 		{"duplicate-of-indeterminate", func(_ *testing.T, s *selfTest) {
 			s.log[0] = append(s.log[0], slices.Clone(s.log[0][len(s.log[0])-1]))
 		}, false, func(r report) bool { return r.duplicates == 1 && r.violations() == 0 }},

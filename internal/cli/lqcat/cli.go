@@ -37,8 +37,9 @@ Connection and credentials:
                           defaults to ` + brokeraddr.DefaultPort + `)
   -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
                           sasl.username, sasl.password, client.id, session.timeout.ms (a
-                          group member's), socket.connection.setup.timeout.ms; topic create takes topic
-                          options too. An unknown key is an error.
+                          group member's), socket.connection.setup.timeout.ms,
+                          delivery.timeout.ms (or message.timeout.ms); topic create takes
+                          topic options too. An unknown key is an error.
   TLS (the broker's TLS port, its tls-addr), with kcat's -X names:
     -X security.protocol=ssl          connect with TLS (plaintext: the default)
     -X ssl.ca.location=FILE           CA certificates that verify the broker (PEM; default:
@@ -76,7 +77,11 @@ Produce (-P):
   --acks L   none, written (default) or durable
   Lines stream: stdin is never read whole. A line longer than the broker's MaxMessage fails
   alone. lqcat ends by flushing; failures are reported on stderr and the exit code is
-  non-zero when any message was not acknowledged.
+  non-zero when any message was not acknowledged. When the broker restarts (or the
+  connection breaks), lqcat reconnects by itself and sends again what was not acknowledged,
+  in order per partition; a message not acknowledged within the delivery timeout (default
+  2 minutes, -X delivery.timeout.ms=MS) fails, saying whether it may have been stored. Until
+  the broker deduplicates, a message whose acknowledgement was lost may be stored twice.
   Unlike kcat, FILE arguments are read line by line like stdin, and -l sends each FILE as one
   message (kcat does the reverse).
 
@@ -162,6 +167,7 @@ type common struct {
 	timeout                  time.Duration
 	clientName               string        // -X client.id; "lqcat" when empty
 	sessionTimeout           time.Duration // -X session.timeout.ms: a group member's; 0: the broker's
+	deliveryTimeout          time.Duration // -X delivery.timeout.ms; the client's default when 0
 	x                        listFlag      // -X key=value: client options (see clientOptions), else topic options
 	topicOptions             []string      // the -X values that are not client options, after resolve
 	// creatingTopic is set by topic create, where -X may be a topic option too and

@@ -101,6 +101,9 @@ func codeFor(c wire.Code) int {
 
 // hint adds a plain-language explanation to the broker errors users meet most.
 func hint(err error) string {
+	if errors.Is(err, client.ErrDeliveryTimeout) {
+		return " (raise the delivery timeout with -X delivery.timeout.ms=MS)"
+	}
 	var we *wire.Error
 	if !errors.As(err, &we) {
 		return ""

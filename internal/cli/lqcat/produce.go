@@ -60,7 +60,8 @@ func (r *runner) produce(ctx context.Context, p produceConfig) error {
 		return err
 	}
 	defer conn.Close()
-	prod, err := conn.NewProducer(client.ProducerOptions{Topic: p.topic, Acks: p.acks, Compression: p.codec})
+	prod, err := conn.NewProducer(client.ProducerOptions{Topic: p.topic, Acks: p.acks, Compression: p.codec,
+		DeliveryTimeout: r.c.deliveryTimeout})
 	if err != nil {
 		return fmt.Errorf("topic %q: %w", p.topic, err)
 	}
@@ -70,8 +71,16 @@ func (r *runner) produce(ctx context.Context, p produceConfig) error {
 	}
 	s := &sender{r: r, p: &p, prod: prod, lim: conn.Limits()}
 	readErr := s.run(ctx)
-	// Flush whatever was read, even after an interrupt; Close bounds it.
-	flushErr := prod.Close()
+	// Every message read gets its outcome: across reconnects, the delivery timeout bounds
+	// the wait. After an interrupt, Close still flushes what was read, bounded by its
+	// request timeout.
+	var flushErr error
+	if ctx.Err() == nil {
+		flushErr = prod.Flush(context.WithoutCancel(ctx))
+	}
+	if err := prod.Close(); flushErr == nil {
+		flushErr = err
+	}
 	s.wg.Wait()
 	f := &s.fail
 	if flushErr != nil && f.n == 0 && s.sent > 0 && !errors.Is(flushErr, client.ErrClosed) {

@@ -69,21 +69,27 @@ var clientOptions = map[string]clientOption{
 	"sasl.password":        {"topic user's password (--password)", func(c *common, v string) error { return setOnce(&c.password, v, "--password") }},
 	"client.id":            {"client name the broker logs", func(c *common, v string) error { return setOnce(&c.clientName, v, "client.id") }},
 	"socket.connection.setup.timeout.ms": {"connect timeout in ms (--timeout)", func(c *common, v string) error {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			return fmt.Errorf("want a positive number of milliseconds, got %q", v)
-		}
-		c.timeout = time.Duration(ms) * time.Millisecond
-		return nil
+		return setMillis(&c.timeout, v)
 	}},
 	"session.timeout.ms": {"consumer group member's session timeout in ms (-C -G)", func(c *common, v string) error {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 || ms > 1<<31 {
-			return fmt.Errorf("want a positive number of milliseconds, got %q", v)
-		}
-		c.sessionTimeout = time.Duration(ms) * time.Millisecond
-		return nil
+		return setMillis(&c.sessionTimeout, v)
 	}},
+	"delivery.timeout.ms": {"-P: how long a message may wait for its acknowledgement, across reconnects", func(c *common, v string) error {
+		return setMillis(&c.deliveryTimeout, v)
+	}},
+	"message.timeout.ms": {"-P: delivery.timeout.ms (librdkafka's older name)", func(c *common, v string) error {
+		return setMillis(&c.deliveryTimeout, v)
+	}},
+}
+
+// setMillis parses a positive number of milliseconds into *d.
+func setMillis(d *time.Duration, v string) error {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 || ms > int64(365*24*time.Hour/time.Millisecond) {
+		return fmt.Errorf("want a positive number of milliseconds, got %q", v)
+	}
+	*d = time.Duration(ms) * time.Millisecond
+	return nil
 }
 
 // setOnce sets *p to v unless a flag (named flagName) set it to something else.
