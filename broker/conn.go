@@ -101,11 +101,13 @@ type conn struct {
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
 
-	mu          sync.Mutex // guards dead, completions and acks
+	mu          sync.Mutex // guards dead, completions, acks and commits
 	dead        bool       // onClose ran: nothing more is queued
 	completions []func(*conn)
 	acks        []pendingAck // durable acks from partition syncers
 	acksSpare   []pendingAck
+	commits     []commitResult // COMMIT_OFFSET answers from offsets syncers (offsets.go)
+	commitSpare []commitResult
 
 	fetches []*fetchWait // FETCHes waiting for data (long poll)
 	xfer    *transfer    // the FETCH response being sent; nothing else is written meanwhile
@@ -314,10 +316,13 @@ func (c *conn) runCompletions() {
 	c.completions = nil
 	acks := c.acks
 	c.acks, c.acksSpare = c.acksSpare[:0], nil
+	commits := c.commits
+	c.commits, c.commitSpare = c.commitSpare[:0], nil
 	c.mu.Unlock()
 	for _, fn := range fns {
 		fn(c)
 	}
+	c.answerCommits(commits)
 	c.durableWaits -= len(acks)
 	for _, a := range acks {
 		if a.err != nil {
@@ -330,6 +335,10 @@ func (c *conn) runCompletions() {
 	c.mu.Lock()
 	if c.acksSpare == nil {
 		c.acksSpare = acks[:0]
+	}
+	if c.commitSpare == nil {
+		clear(commits) // drop the errors they hold
+		c.commitSpare = commits[:0]
 	}
 	c.mu.Unlock()
 }
@@ -526,7 +535,7 @@ func (c *conn) finishClose() {
 	c.mu.Lock()
 	c.dead = true
 	fns := c.completions
-	c.completions, c.acks = nil, nil
+	c.completions, c.acks, c.commits = nil, nil, nil
 	c.mu.Unlock()
 	for _, fn := range fns {
 		fn(c) // with c.closed() true: they release what they hold; their output goes nowhere

@@ -263,14 +263,54 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 	topicName := t.name
 	c.commitWaits++
 	err := to.st.Commit(m.Group, m.Partition, m.Offset, func(err error) {
-		c.complete(func(c *conn) {
-			c.commitWaits--
-			c.reply(corr, commitAnswer(topicName, err), func() { c.respondEmpty(wire.OpCommitOffset, corr) })
-		})
+		c.commitAnswered(commitResult{corr: corr, topic: topicName, err: err})
 	})
 	if err != nil {
 		c.commitWaits--
 		c.reply(corr, commitAnswer(topicName, err), nil)
+	}
+}
+
+// commitResult is a COMMIT_OFFSET that its topic's offsets syncer wrote (err nil) or failed,
+// waiting for the connection's loop to answer it.
+type commitResult struct {
+	corr  uint32
+	topic string
+	err   error
+}
+
+// commitAnswered queues a commit's answer and wakes the connection's loop. Safe from any
+// goroutine; it runs on the offsets syncer, once per commit of the group commit just written.
+//
+// Unlike complete, it queues no closure (the queue's memory is reused) and its wake is
+// coalesced: one group commit answers up to thousands of commits, often many of one
+// connection, and a forced wake per commit (a gnet task, an OnTraffic and a write(2) each)
+// made a flood of commits cost the broker about 1.5 times the CPU per commit and queued
+// every other connection of the loop behind those tasks (TestCommitFlood, docs/PERFORMANCE.md).
+// A coalesced wake is enough: a pending wake's onTraffic clears the flag before it takes
+// the queue, so an answer queued after that either finds the flag clear and wakes again,
+// or is taken by that onTraffic.
+func (c *conn) commitAnswered(r commitResult) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.commits = append(c.commits, r)
+	c.mu.Unlock()
+	c.wake()
+}
+
+// answerCommits answers the commits the offsets syncers handed back (commitAnswered). Runs on
+// the loop; with c.closed() true (onClose) nothing is queued any more.
+func (c *conn) answerCommits(rs []commitResult) {
+	c.commitWaits -= len(rs)
+	for _, r := range rs {
+		if r.err == nil {
+			c.respondEmpty(wire.OpCommitOffset, r.corr)
+			continue
+		}
+		c.reply(r.corr, commitAnswer(r.topic, r.err), nil)
 	}
 }
 
