@@ -263,7 +263,7 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 	topicName := t.name
 	c.commitWaits++
 	err := to.st.Commit(m.Group, m.Partition, m.Offset, func(err error) {
-		c.commitAnswered(commitResult{corr: corr, topic: topicName, err: err})
+		c.commitAnswered(commitResult{corr: corr, op: wire.OpCommitOffset, topic: topicName, err: err})
 	})
 	if err != nil {
 		c.commitWaits--
@@ -275,6 +275,7 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 // waiting for the connection's loop to answer it.
 type commitResult struct {
 	corr  uint32
+	op    wire.Op // the request answered
 	topic string
 	err   error
 }
@@ -307,7 +308,7 @@ func (c *conn) answerCommits(rs []commitResult) {
 	c.commitWaits -= len(rs)
 	for _, r := range rs {
 		if r.err == nil {
-			c.respondEmpty(wire.OpCommitOffset, r.corr)
+			c.respondEmpty(r.op, r.corr)
 			continue
 		}
 		c.reply(r.corr, commitAnswer(r.topic, r.err), nil)
