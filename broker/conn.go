@@ -115,6 +115,7 @@ type conn struct {
 	cold    int          // FETCHes being prepared by workers
 
 	readBlocked    bool         // frames left unread: the client does not read its answers
+	commitBlocked  bool         // frames left unread: maxCommitsInFlight commits await their fsync (offsets.go)
 	deliverBlocked bool         // deliveries stopped at the high-water mark
 	xferBlocked    bool         // a copied transfer stopped at the high-water mark
 	inWrite        bool         // a DELIVER writev is in progress (OnClose may run inside it)
@@ -347,7 +348,7 @@ func (c *conn) runCompletions() {
 // connection is running.
 func (c *conn) readFrames() {
 	limits := &c.srv.cfg.Limits
-	c.readBlocked = false
+	c.readBlocked, c.commitBlocked = false, false
 	if c.refused {
 		// Nothing after the refused PRODUCE is processed (the closing SHUTTING_DOWN says
 		// so); dropping it keeps the input bounded until then.
@@ -363,6 +364,12 @@ func (c *conn) readFrames() {
 			// The client does not read its answers: read no more requests until it does
 			// (the ticker wakes us to check).
 			c.readBlocked = true
+			break
+		}
+		if c.commitWaits >= maxCommitsInFlight {
+			// Read no more until the offsets log answers some (their answers wake the loop):
+			// one connection's pipelined commits cannot hold the loop (see offsets.go).
+			c.commitBlocked = true
 			break
 		}
 		maxFrame := limits.MaxFrame
@@ -397,7 +404,7 @@ func (c *conn) readFrames() {
 		c.frameRead()
 	}
 	// Input is kept while frames are not read, and gnet keeps reading: bound it.
-	if (c.paused || c.readBlocked) && !c.failing() {
+	if (c.paused || c.readBlocked || c.commitBlocked) && !c.failing() {
 		if n, bound := c.gc.InboundBuffered(), c.inputBound(); n > bound {
 			c.sendError(0, wire.CodeTooMuchInput, fmt.Sprintf("%d bytes sent while the broker could not take requests (limit %d)", n, bound))
 		}
