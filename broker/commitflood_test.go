@@ -1,11 +1,9 @@
 package broker
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,33 +25,46 @@ const (
 	floodParts   = 3
 	floodCommits = 400_000 // at most, over all connections
 	floodFor     = 8 * time.Second
-	floodSlack   = 50 * time.Millisecond // see TestCommitFlood
 )
+
+// floodSlack is what TestCommitFlood allows above twice the quiet tenant's idle p99: what the
+// flood costs the quiet tenant through the machine rather than through the broker, which no
+// broker design on one 2-vCPU VM can take away. BenchmarkCommitFairness measures each part
+// with another process that makes the same load and does no broker work (3-5 rounds at a
+// time, VM loaded by other builds and tests, load 4-10):
+//
+//   - the disk: the flood's fdatasyncs (one stream, 400-3,400 a second of 3-7 KiB) put the
+//     quiet p99 up to 4.7 ms over twice its idle p99;
+//   - the CPU the flood uses (0.5-1.4 of the 2 cores, most of it the broker's work for the
+//     flood): up to 7.7 ms over.
+//
+// 15 ms is about the two together. The flood itself, in 20 runs of this test at load 4-5, was
+// at most 3.5 ms over. Heavier load moves the idle p99 itself by milliseconds, hence two
+// idle measurements; with CPU hogs on every core (make test-loaded) a p99 moves by 100 ms
+// with no flood at all and no slack helps, but those runs use -race, under which the bound
+// is only logged.
+const floodSlack = 15 * time.Millisecond
 
 // TestCommitFlood is issue 9's finding 4 as a regression test: one tenant floods its topic
 // with commits to 8,847 (group, partition) pairs from 8 pipelining connections (64 commits
 // in flight each, at most 400,000 commits or 8 s), while another tenant commits one at a
-// time on its own topic. The flooding tenant is another process (this test binary again,
-// running TestCommitFloodClient), as it would be in production: in this process its
-// goroutines would compete with the broker's on the Go scheduler, which no broker design
-// can help. The quiet tenant's commit p99 during the flood must stay under twice its idle
-// p99 plus floodSlack, and the process's RSS (the broker and the quiet client) must come back to within
-// 50 MB of what it was before the flood. Measured against the store this replaced (a JSON
-// rewrite and fsync per commit on two workers), it fails: 423 commits/s, quiet p99 1.77 s.
+// time on its own topic. The flooding tenant is another process (floodchild_test.go), as it
+// would be in production: in this process its goroutines would compete with the broker's on
+// the Go scheduler, which no broker design can help; and it runs at nice 19, standing for a
+// client on another machine (see startFloodChild). The quiet tenant's commit p99 during the
+// flood must stay under twice its idle p99 (before or after the flood) plus floodSlack, and
+// the process's RSS (the broker and the quiet client) must come back to within 50 MB of what
+// it was before the flood.
+// Measured against the store this replaced (a JSON rewrite and fsync per commit on two
+// workers), it fails: 423 commits/s, quiet p99 1.77 s.
 func TestCommitFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a flood of commits; skipped with -short")
 	}
+	productionProcs(t)
 	srv := startBroker(t, nil)
 	addr := srv.Addr()
-	admin := login(t, addr, testAdminUser, testAdminPass)
-	admin.createDurableFor("flood", floodParts, "flooder", "flooder-pw")
-	admin.createDurableFor("quiet", 1, "quiet", "quiet-pw")
-	quiet := dialCommitter(t, addr, "quiet", "quiet-pw", "quiet")
-	pair := commitPair{"quiet-group", 0}
-	if _, err := quiet.probe(pair, 20, nil); err != nil { // warm up
-		t.Fatal(err)
-	}
+	quiet, pair := floodTopics(t, addr)
 	idle, err := quiet.probe(pair, 200, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -61,63 +72,38 @@ func TestCommitFlood(t *testing.T) {
 	runtime.GC()
 	rssBefore := selfRSS()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCommitFloodClient$", "-test.count=1")
-	cmd.Env = append(os.Environ(), floodAddrEnv+"="+addr)
-	out, err := cmd.StdoutPipe()
+	cpuBefore := processCPU()
+	fc := startFloodChild(t, addr, "commits", niced)
+	var during []time.Duration
+	var rssPeak int64
+	for len(during) < 400 && !isClosed(fc.done) {
+		during = append(during, probeDuring(t, quiet, pair, fc, 10)...)
+		rssPeak = max(rssPeak, selfRSS())
+	}
+	out := fc.wait(t)
+	brokerCPU := processCPU() - cpuBefore
+	// The idle value is the larger p99 of two idle measurements, before and after the flood:
+	// on a machine that other work loads, the load moves during the test, and a quiet
+	// moment before the flood is no baseline for a busy one during it.
+	idleAfter, err := quiet.probe(pair, 200, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	idleP99 := max(p99(idle), p99(idleAfter))
+	t.Logf("%s; quiet tenant p99 idle %v (before %v, after %v), during the flood %v (%d samples); RSS before %.1f MiB, peak %.1f MiB",
+		out.result, idleP99, p99(idle), p99(idleAfter), p99(during), len(during), float64(rssBefore)/(1<<20), float64(rssPeak)/(1<<20))
+	var commits int
+	if _, err := fmt.Sscanf(out.result, "flood: %d commits", &commits); err == nil && commits > 0 {
+		t.Logf("CPU per flood commit: broker (and the quiet client) %.2f µs, flooding client %.2f µs; %.2f of %d cores busy with the two",
+			float64(brokerCPU.Nanoseconds())/float64(commits)/1e3, float64(out.cpu.Nanoseconds())/float64(commits)/1e3,
+			(brokerCPU+out.cpu).Seconds()/out.elapsed.Seconds(), runtime.NumCPU())
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	lines := bufio.NewScanner(out)
-	floodDone := make(chan struct{})
-	started := make(chan struct{})
-	var result string
-	go func() {
-		defer close(floodDone)
-		for lines.Scan() {
-			switch line := lines.Text(); {
-			case line == "FLOOD START":
-				close(started)
-			case strings.HasPrefix(line, "FLOOD RESULT"):
-				result = line
-			}
-		}
-	}()
-	select {
-	case <-started:
-	case <-floodDone:
-		t.Fatalf("the flood client ended before it started: %v\n%s", cmd.Wait(), stderr.String())
+	// Issue 9 asks for under 2x the idle p99; floodSlack is what this machine adds beyond
+	// the broker's reach (see its comment). Under -race timings mean nothing: only logged.
+	if limit := 2*idleP99 + floodSlack; p99(during) > limit && !raceEnabled {
+		t.Errorf("quiet tenant's commit p99 %v during the flood, over 2x its idle p99 (%v) + %v", p99(during), idleP99, floodSlack)
 	}
-	var during []time.Duration
-	var rssPeak int64
-	for len(during) < 400 && !isClosed(floodDone) {
-		lat, err := quiet.probe(pair, 10, floodDone)
-		if err != nil {
-			t.Fatal(err)
-		}
-		during = append(during, lat...)
-		rssPeak = max(rssPeak, selfRSS())
-	}
-	<-floodDone
-	if err := cmd.Wait(); err != nil || result == "" {
-		t.Fatalf("flood client: %v %q\n%s", err, result, stderr.String())
-	}
-	t.Logf("%s; quiet tenant p99 idle %v, during the flood %v (%d samples); RSS before %.1f MiB, peak %.1f MiB",
-		strings.TrimPrefix(result, "FLOOD RESULT "), p99(idle), p99(during), len(during),
-		float64(rssBefore)/(1<<20), float64(rssPeak)/(1<<20))
-	// Issue 9 asks for under 2x the idle p99. On a 2-core VM whose disk other processes
-	// also fsync to, a flood at full speed (about 100,000 commits/s, both cores busy)
-	// measured 3-5x (idle 1-5 ms, flood 6-21 ms), so the bound allows 50 ms more, which
-	// the old store missed by far (1.77 s). Under -race timings mean nothing: only logged.
-	if limit := 2*p99(idle) + floodSlack; p99(during) > limit && !raceEnabled {
-		t.Errorf("quiet tenant's commit p99 %v during the flood, over 2x its idle p99 (%v) + %v", p99(during), p99(idle), floodSlack)
-	}
-	t.Logf("quiet tenant's p99 during the flood / idle: %.1fx", float64(p99(during))/float64(p99(idle)))
+	t.Logf("quiet tenant's p99 during the flood / idle: %.1fx", float64(p99(during))/float64(idleP99))
 	if len(during) < 50 {
 		t.Errorf("only %d quiet commits during the flood", len(during))
 	}
@@ -133,47 +119,104 @@ func TestCommitFlood(t *testing.T) {
 	t.Logf("RSS after the flood %.1f MiB", float64(selfRSS())/(1<<20))
 }
 
-// floodAddrEnv names the broker TestCommitFloodClient floods.
-const floodAddrEnv = "LIGHTQ_TEST_FLOOD_ADDR"
+// floodTopics creates the flooding tenant's topic and the quiet tenant's, and returns the
+// quiet tenant's connection (warmed up) and the pair it commits to.
+func floodTopics(t testing.TB, addr string) (*commitConn, commitPair) {
+	t.Helper()
+	admin := login(t, addr, testAdminUser, testAdminPass)
+	admin.createDurableFor("flood", floodParts, "flooder", "flooder-pw")
+	admin.createDurableFor("quiet", 1, "quiet", "quiet-pw")
+	quiet := dialCommitter(t, addr, "quiet", "quiet-pw", "quiet")
+	pair := commitPair{"quiet-group", 0}
+	if _, err := quiet.probe(pair, 20, nil); err != nil { // warm up
+		t.Fatal(err)
+	}
+	return quiet, pair
+}
 
-// TestCommitFloodClient is the flooding tenant of TestCommitFlood, run in its own process.
-// It prints "FLOOD START" once connected and "FLOOD RESULT ..." at the end.
-func TestCommitFloodClient(t *testing.T) {
-	addr := os.Getenv(floodAddrEnv)
-	if addr == "" {
-		t.Skip("only run by TestCommitFlood")
-	}
-	pairs := floodPairs("flood-group-", floodGroups, floodParts)
-	conns := make([]*commitConn, floodConns)
-	for i := range conns {
-		conns[i] = dialCommitter(t, addr, "flooder", "flooder-pw", "flood")
-	}
-	stop := make(chan struct{})
-	timer := time.AfterFunc(floodFor, func() { close(stop) })
-	defer timer.Stop()
-	answered := make([]int, floodConns)
-	errs := make([]error, floodConns)
-	fmt.Println("FLOOD START")
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, fc := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answered[i], errs[i] = fc.flood(pairs[i*len(pairs)/floodConns:], floodWindow, floodCommits/floodConns, stop)
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	total := 0
-	for i := range conns {
-		if errs[i] != nil {
-			t.Fatalf("flood connection %d: %v", i, errs[i])
+// BenchmarkCommitFairness measures where the quiet tenant's commit latency goes during a
+// flood: b.N rounds of six phases on one broker, each with the quiet tenant committing one
+// at a time (2,000 answers at most; 200 when idle):
+//
+//   - idle: nothing else runs;
+//   - flood: the commit flood of TestCommitFlood, 1,600,000 commits or 8 s, its client
+//     competing for the CPUs as any process;
+//   - flood-niced: the same with the client at nice 19, as TestCommitFlood runs it (see
+//     startFloodChild);
+//   - burn: another process spins as many CPUs' worth as the flood used (its client and the
+//     broker together, measured), for as long, doing no broker work;
+//   - fsync: another process writes and fdatasyncs, one at a time, as often and as much as
+//     the flood's offsets log did (measured), on the broker's disk;
+//   - burn+fsync: both at once, which is the flood's load on the machine without the broker.
+//
+// It reports the median over the rounds of each phase's p99, and of the flood's cores and
+// fsyncs a second. Run it with -benchtime=Nx (N rounds, about 50 s each):
+//
+//	go test -run '^$' -bench CommitFairness -benchtime 5x ./broker/
+func BenchmarkCommitFairness(b *testing.B) {
+	productionProcs(b)
+	srv := startBroker(b, nil)
+	addr := srv.Addr()
+	quiet, pair := floodTopics(b, addr)
+	floodStore := srv.offsets.lookup("flood").st
+	phases := []string{"idle", "flood", "flood-niced", "burn", "fsync", "burn+fsync"}
+	p99s := map[string][]float64{}
+	var floodCores, floodSyncs []float64
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	for b.Loop() {
+		lat, err := quiet.probe(pair, 200, nil)
+		if err != nil {
+			b.Fatal(err)
 		}
-		total += answered[i]
+		p99s["idle"] = append(p99s["idle"], us(p99(lat)))
+
+		cpu := processCPU()
+		frames, bytes := floodStore.Synced()
+		fc := startFloodChild(b, addr, fmt.Sprintf("commits=%d", 4*floodCommits), unniced)
+		lat = probeDuring(b, quiet, pair, fc, 2000)
+		out := fc.wait(b)
+		f2, b2 := floodStore.Synced()
+		cores := (processCPU() - cpu + out.cpu).Seconds() / out.elapsed.Seconds()
+		load := floodLoad{cores: min(cores, float64(runtime.NumCPU())), dir: srv.cfg.DataDir,
+			rate: float64(f2-frames) / out.elapsed.Seconds(), bytes: int((b2 - bytes) / max(1, f2-frames)), dur: out.elapsed}
+		p99s["flood"] = append(p99s["flood"], us(p99(lat)))
+		floodCores, floodSyncs = append(floodCores, cores), append(floodSyncs, load.rate)
+		line := fmt.Sprintf("round %d: quiet p99 idle %.0f µs; flood %.0f µs (%s; %.2f cores, %.0f fsyncs/s of %d B)",
+			len(floodCores), p99s["idle"][len(floodCores)-1], us(p99(lat)), out.result, cores, load.rate, load.bytes)
+
+		for _, ph := range phases[2:] {
+			l := load
+			mode, nice := l.String(), unniced
+			switch ph {
+			case "flood-niced":
+				mode, nice = fmt.Sprintf("commits=%d", 4*floodCommits), niced
+			case "burn":
+				l.dir = ""
+				mode = l.String()
+			case "fsync":
+				l.cores = 0
+				mode = l.String()
+			}
+			fc := startFloodChild(b, addr, mode, nice)
+			lat := probeDuring(b, quiet, pair, fc, 2000)
+			o := fc.wait(b)
+			p99s[ph] = append(p99s[ph], us(p99(lat)))
+			line += fmt.Sprintf("; %s %.0f µs (%.2f cores used, %s)", ph, us(p99(lat)), o.cpu.Seconds()/o.elapsed.Seconds(), o.result[strings.Index(o.result, ": ")+2:])
+		}
+		b.Log(line)
 	}
-	fmt.Printf("FLOOD RESULT flood: %d commits in %v (%.0f/s) to %d pairs\n", total, elapsed.Round(time.Millisecond),
-		float64(total)/elapsed.Seconds(), len(pairs))
+	for _, ph := range phases {
+		b.ReportMetric(median(p99s[ph]), ph+"-p99-µs")
+	}
+	b.ReportMetric(median(floodCores), "flood-cores")
+	b.ReportMetric(median(floodSyncs), "flood-fsyncs/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkCommitThroughput: 16 connections, 64 commits in flight each, to 8,847 pairs of

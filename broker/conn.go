@@ -104,11 +104,13 @@ type conn struct {
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
 
-	mu          sync.Mutex // guards dead, completions and acks
+	mu          sync.Mutex // guards dead, completions, acks and commits
 	dead        bool       // onClose ran: nothing more is queued
 	completions []func(*conn)
 	acks        []pendingAck // durable acks from partition syncers
 	acksSpare   []pendingAck
+	commits     []commitResult // COMMIT_OFFSET answers from offsets syncers (offsets.go)
+	commitSpare []commitResult
 
 	parks   []*group.Parked // HEARTBEATs the group coordinator holds (long poll; groups.go)
 	fetches []*fetchWait    // FETCHes waiting for data (long poll)
@@ -117,6 +119,7 @@ type conn struct {
 	cold    int             // FETCHes being prepared by workers
 
 	readBlocked    bool         // frames left unread: the client does not read its answers
+	commitBlocked  bool         // frames left unread: maxCommitsInFlight commits await their fsync (offsets.go)
 	deliverBlocked bool         // deliveries stopped at the high-water mark
 	xferBlocked    bool         // a copied transfer stopped at the high-water mark
 	inWrite        bool         // a DELIVER writev is in progress (OnClose may run inside it)
@@ -335,10 +338,13 @@ func (c *conn) runCompletions() {
 	c.completions = nil
 	acks := c.acks
 	c.acks, c.acksSpare = c.acksSpare[:0], nil
+	commits := c.commits
+	c.commits, c.commitSpare = c.commitSpare[:0], nil
 	c.mu.Unlock()
 	for _, fn := range fns {
 		fn(c)
 	}
+	c.answerCommits(commits)
 	c.durableWaits -= len(acks)
 	for _, a := range acks {
 		if a.err != nil {
@@ -353,6 +359,10 @@ func (c *conn) runCompletions() {
 	if c.acksSpare == nil {
 		c.acksSpare = acks[:0]
 	}
+	if c.commitSpare == nil {
+		clear(commits) // drop the errors they hold
+		c.commitSpare = commits[:0]
+	}
 	c.mu.Unlock()
 }
 
@@ -360,7 +370,7 @@ func (c *conn) runCompletions() {
 // connection is running.
 func (c *conn) readFrames() {
 	limits := &c.srv.cfg.Limits
-	c.readBlocked = false
+	c.readBlocked, c.commitBlocked = false, false
 	if c.refused {
 		// Nothing after the refused PRODUCE is processed (the closing SHUTTING_DOWN says
 		// so); dropping it keeps the input bounded until then.
@@ -376,6 +386,12 @@ func (c *conn) readFrames() {
 			// The client does not read its answers: read no more requests until it does
 			// (the ticker wakes us to check).
 			c.readBlocked = true
+			break
+		}
+		if c.commitWaits >= maxCommitsInFlight {
+			// Read no more until the offsets log answers some (their answers wake the loop):
+			// one connection's pipelined commits cannot hold the loop (see offsets.go).
+			c.commitBlocked = true
 			break
 		}
 		maxFrame := limits.MaxFrame
@@ -410,7 +426,7 @@ func (c *conn) readFrames() {
 		c.frameRead()
 	}
 	// Input is kept while frames are not read, and gnet keeps reading: bound it.
-	if (c.paused || c.readBlocked) && !c.failing() {
+	if (c.paused || c.readBlocked || c.commitBlocked) && !c.failing() {
 		if n, bound := c.gc.InboundBuffered(), c.inputBound(); n > bound {
 			c.sendError(0, wire.CodeTooMuchInput, fmt.Sprintf("%d bytes sent while the broker could not take requests (limit %d)", n, bound))
 		}
@@ -548,7 +564,7 @@ func (c *conn) finishClose() {
 	c.mu.Lock()
 	c.dead = true
 	fns := c.completions
-	c.completions, c.acks = nil, nil
+	c.completions, c.acks, c.commits = nil, nil, nil
 	c.mu.Unlock()
 	for _, fn := range fns {
 		fn(c) // with c.closed() true: they release what they hold; their output goes nowhere

@@ -13,7 +13,7 @@
 // connection's loop through conn.complete, which queues it and wakes the loop. Each durable
 // topic's committed offsets (package log/offsetlog) have a syncer goroutine, running while
 // commits are pending, that writes and fsyncs them in groups (group commit) and answers
-// them through conn.complete. Each
+// them through conn.commitAnswered (a queue per connection, one coalesced wake). Each
 // durable partition has a syncer goroutine that fsyncs and answers waiting acks through
 // conn.queueAck. The ticker goroutine (Server.runTicker) only wakes connections. Producers
 // append to a partition's ring on their own loop and wake the loops of the subscribers,
@@ -46,7 +46,8 @@
 //  5. producerIDs.fileMu (reserving a block of producer ids, on the meta pool), then
 //     producerIDs.mu.
 //
-// Leaves, under which nothing else is taken: conn.mu (completions and durable acks),
+// Leaves, under which nothing else is taken: conn.mu (completions, durable acks and commit
+// answers),
 // Server.connsMu (the connection sets the ticker and shutdown walk; it is held while calling
 // gnet's Wake, which takes none of ours), durablePart.mu (the waiting acks: copied out
 // before conn.queueAck is called), writableWatcher.mu (held while calling conn.wake),

@@ -150,7 +150,7 @@ func (c *conn) idle() bool {
 // is left after readFrames, and nothing on the broker's side (a held request, unread answers,
 // a transfer) keeps it from being read. Runs on the loop, after readFrames.
 func (c *conn) waitingForFrame() bool {
-	return c.gc.InboundBuffered() > 0 && !c.paused && !c.readBlocked && c.xfer == nil && len(c.ready) == 0
+	return c.gc.InboundBuffered() > 0 && !c.paused && !c.readBlocked && !c.commitBlocked && c.xfer == nil && len(c.ready) == 0
 }
 
 // enforceTimeouts runs at the end of each turn of an open connection: it starts or stops the

@@ -136,3 +136,29 @@ func TestDamagedOffsetsLog(t *testing.T) {
 		t.Fatal("the damaged file was changed")
 	}
 }
+
+// A connection that pipelines far more commits than maxCommitsInFlight gets every answer, and
+// the broker reads at most maxCommitsInFlight of them ahead of their answers: the offsets log
+// never holds more of them pending at once, so its group commits hold at most that many each.
+// Without the cap the loop read all of them at once and the log wrote them in a few frames.
+func TestCommitPipelineCap(t *testing.T) {
+	srv := startBroker(t, nil)
+	admin := login(t, srv.Addr(), testAdminUser, testAdminPass)
+	admin.createDurableFor("piped", 1, "piper", "piper-pw")
+	cc := dialCommitter(t, srv.Addr(), "piper", "piper-pw", "piped")
+	const n = 20 * maxCommitsInFlight
+	pairs := floodPairs("g", 100, 1)
+	answered, err := cc.flood(pairs, n, n, nil) // all n sent before any answer is read
+	if err != nil || answered != n {
+		t.Fatalf("%d of %d commits answered: %v", answered, n, err)
+	}
+	frames, _ := srv.offsets.lookup("piped").st.Synced()
+	t.Logf("%d pipelined commits written in %d group commits", n, frames)
+	if frames < n/maxCommitsInFlight {
+		t.Fatalf("%d commits in %d group commits: more than %d of one connection's commits were pending at once", n, frames, maxCommitsInFlight)
+	}
+	// The commits are stored.
+	if got := admin.committed("g7", "piped", 0); got != 0 {
+		t.Fatalf("FETCH_COMMITTED after the pipeline: %d, want 0", got)
+	}
+}

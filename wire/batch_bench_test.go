@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -200,6 +201,107 @@ func BenchmarkValidate(b *testing.B) {
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/record")
 				})
 			}
+		}
+	}
+}
+
+// repeatValues is lqbench's payload: one value of size bytes, an 8-byte stamp then 'a' to 'z'
+// over and over, sent again and again with a new stamp in one message of 16. A batch of it
+// compresses 15x (100 B) to 150x (1 KiB) with s2, against 2-8x for benchValues.
+func repeatValues(size int) [][]byte {
+	vals := make([][]byte, benchRecords)
+	for i := range vals {
+		v := make([]byte, size)
+		binary.BigEndian.PutUint64(v, uint64(exampleTS+int64(i/16*16)))
+		for j := range v[8:] {
+			v[8+j] = byte('a' + j%26)
+		}
+		vals[i] = v
+	}
+	return vals
+}
+
+// BenchmarkValidateParts splits RecordValidator.Validate of a compressed batch (s2, 512 KiB
+// of records, lqbench's default batch) into its two passes: decompress (into a reused
+// buffer, as Validate does) and walk (ValidateRecords over the decompressed section); validate
+// is both, as the broker runs it; memmove copies the decompressed section once, the least a
+// decompression can cost. For benchValues (JSON-ish, s2 ratio 2-8) and repeatValues (what
+// lqbench sends). SetBytes is the decompressed size: MB/s compares with message throughput.
+func BenchmarkValidateParts(b *testing.B) {
+	var c wire.Compressor
+	defer c.Close()
+	for _, payload := range []string{"json", "lqbench"} {
+		for _, size := range benchSizes {
+			vals, keys := benchValues(size), benchKeys()
+			if payload == "lqbench" {
+				vals, keys = repeatValues(size), make([][]byte, benchRecords)
+			}
+			var bb wire.BatchBuilder
+			n := 0
+			for ; bb.SizeWith(exampleTS, keys[0], vals[0], nil) <= 512<<10; n++ {
+				bb.Append(exampleTS+int64(n), keys[n%benchRecords], vals[n%benchRecords], nil)
+			}
+			out, err := bb.Finish(wire.CodecS2, &c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bt, err := wire.ParseBatch(append([]byte(nil), out...), 1<<20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			plain, err := c.Decompress(nil, &bt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			perRecord := func(b *testing.B) {
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/record")
+				b.ReportMetric(float64(len(plain))/float64(len(bt.Records)), "ratio")
+			}
+			name := fmt.Sprintf("payload=%s/size=%d", payload, size)
+			b.Run(name+"/decompress", func(b *testing.B) {
+				dst := make([]byte, 0, len(plain))
+				b.SetBytes(int64(len(plain)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if dst, err = c.Decompress(dst[:0], &bt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				perRecord(b)
+			})
+			b.Run(name+"/walk", func(b *testing.B) {
+				b.SetBytes(int64(len(plain)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := wire.ValidateRecords(plain, bt.RecordCount, 1<<20); err != nil {
+						b.Fatal(err)
+					}
+				}
+				perRecord(b)
+			})
+			b.Run(name+"/validate", func(b *testing.B) {
+				var v wire.RecordValidator
+				defer v.Close()
+				if err := v.Validate(&bt, 1<<20); err != nil { // grows the scratch
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(plain)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := v.Validate(&bt, 1<<20); err != nil {
+						b.Fatal(err)
+					}
+				}
+				perRecord(b)
+			})
+			b.Run(name+"/memmove", func(b *testing.B) {
+				dst := make([]byte, len(plain))
+				b.SetBytes(int64(len(plain)))
+				for b.Loop() {
+					copy(dst, plain)
+				}
+				perRecord(b)
+			})
 		}
 	}
 }

@@ -72,17 +72,22 @@ func ValidateRecords(records []byte, count uint32, maxRecord int) error {
 }
 
 // recordsValid is the hot path of ValidateRecords: the same checks as explainRecords, with
-// one-byte varints (most varints of small records) decoded inline and no error to build. It
-// is 2-3 times as fast as the walk that explains, which matters at 100-byte messages. Each
-// varint is read by the same line: the one-byte case inline (a function would not be
-// inlined), anything else by uvarintFrom.
+// one-byte varints (most varints of small records) and the two-byte lengths of records and
+// values from 128 B to 16 KiB decoded inline, and no error to build. It is 2-3 times as fast
+// as the walk that explains, which matters at 100-byte messages, and the inline two-byte
+// lengths cut a third of its time at 1 KiB (BenchmarkValidateParts, walk). Positions are
+// offsets into b; a record's fields are read from rec, which is b up to the record's end, so
+// no field can reach past it. Each varint is read by the same line: the inline cases (a
+// function would not be inlined), anything else by uvarintFrom.
 func recordsValid(b []byte, count uint32, maxRecord int) bool {
 	pos := 0
 	for ; count > 0; count-- {
 		var n uint64
 		p := pos
-		if p < len(b) && b[p] < 0x80 {
+		if p < len(b) && b[p] < 0x80 { // record length
 			n, p = uint64(b[p]), p+1
+		} else if p+1 < len(b) && b[p+1]-1 < 0x7f { // b[p] >= 0x80, b[p+1] in 1-127: minimal
+			n, p = uint64(b[p]&0x7f)|uint64(b[p+1])<<7, p+2
 		} else if n, p = uvarintFrom(b, p); p < 0 {
 			return false
 		}
@@ -90,26 +95,34 @@ func recordsValid(b []byte, count uint32, maxRecord int) bool {
 			return false
 		}
 		pos = p + int(n)
-		rec := b[p:pos]
-		p = 0
-		if len(rec) > 0 && rec[0] < 0x80 { // timestamp delta
-			p = 1
-		} else if _, p = uvarintFrom(rec, 0); p < 0 {
+		rec := b[:pos]
+		if p < len(rec) && rec[p] < 0x80 { // timestamp delta
+			p++
+		} else if _, p = uvarintFrom(rec, p); p < 0 {
 			return false
 		}
-		size := uint64(0)
-		for f := 0; f < 2; f++ { // key, value
-			if p < len(rec) && rec[p] < 0x80 {
-				n, p = uint64(rec[p]), p+1
-			} else if n, p = uvarintFrom(rec, p); p < 0 {
-				return false
-			}
-			if n > uint64(len(rec)-p) {
-				return false
-			}
-			p += int(n)
-			size += n
+		if p < len(rec) && rec[p] < 0x80 { // key length
+			n, p = uint64(rec[p]), p+1
+		} else if n, p = uvarintFrom(rec, p); p < 0 {
+			return false
 		}
+		if n > uint64(len(rec)-p) {
+			return false
+		}
+		p += int(n)
+		size := n
+		if p < len(rec) && rec[p] < 0x80 { // value length
+			n, p = uint64(rec[p]), p+1
+		} else if p+1 < len(rec) && rec[p+1]-1 < 0x7f {
+			n, p = uint64(rec[p]&0x7f)|uint64(rec[p+1])<<7, p+2
+		} else if n, p = uvarintFrom(rec, p); p < 0 {
+			return false
+		}
+		if n > uint64(len(rec)-p) {
+			return false
+		}
+		p += int(n)
+		size += n
 		var hc uint64
 		if p < len(rec) && rec[p] < 0x80 {
 			hc, p = uint64(rec[p]), p+1

@@ -97,6 +97,10 @@ func badRecordCases(t testing.TB) []badRecordCase {
 		{"over-long header count", none(1, []byte{0x06, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00}), wire.ErrCorruptBatch, []string{"header count", "over-long"}},
 		{"tenth byte 2", none(1, append([]byte{0x0e}, append(bytes.Repeat([]byte{0xff}, 9), 0x02, 0, 0, 0, 0)...)), wire.ErrCorruptBatch, []string{"timestamp delta", "overflows 64 bits"}},
 		{"truncated timestamp delta", none(1, []byte{0x01, 0x80, 0, 0, 0}), wire.ErrCorruptBatch, []string{"timestamp delta", "truncated"}},
+		// Two-byte lengths (records and values of 128 B to 16 KiB), which the fast path reads inline.
+		{"two-byte record length past the section", none(1, []byte{0x85, 0x01, 0x00, 0x00, 0x00, 0x00}), wire.ErrCorruptBatch, []string{"length 133", "only 4 bytes follow"}},
+		{"two-byte value length cut by its record's end", none(1, []byte{0x03, 0x00, 0x00, 0x85, 0x01}), wire.ErrCorruptBatch, []string{"value length", "truncated"}},
+		{"two-byte value length past its record", none(1, []byte{0x06, 0x00, 0x00, 0x85, 0x01, 0x00, 0x00}), wire.ErrCorruptBatch, []string{"value length 133"}},
 
 		// Compressed sections: the decompressed bytes are checked the same way.
 		{"s2 garbage", rawBatch(wire.CodecS2, 1, 5, []byte{0x05, 0xff, 0xff, 0xff}), wire.ErrCorruptBatch, []string{"s2"}},

@@ -115,6 +115,8 @@ type Store struct {
 	chunk     int64 // the last preallocation step (0 after open and compaction)
 	compactAt int64
 	spare     *batch
+
+	synced, syncedBytes atomic.Int64 // group-commit frames written and fdatasynced (Synced)
 }
 
 // batch is the commits of one write: one frame and the callbacks it answers.
@@ -356,8 +358,15 @@ func (s *Store) write(frame []byte) error {
 		return fmt.Errorf("%w: %s: %v", ErrBroken, s.path, err)
 	}
 	s.size += int64(len(frame))
+	s.synced.Add(1)
+	s.syncedBytes.Add(int64(len(frame)))
 	return nil
 }
+
+// Synced is the number of group-commit frames written and fdatasynced since Open, and their
+// bytes: the store's load on the disk (snapshots and preallocation not counted). Safe for
+// concurrent use.
+func (s *Store) Synced() (frames, bytes int64) { return s.synced.Load(), s.syncedBytes.Load() }
 
 // zeros is what preallocated space is filled with.
 var zeros [frameHeaderSize + MaxFrameBody]byte

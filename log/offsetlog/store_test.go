@@ -111,17 +111,21 @@ func TestGroupCommit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	frames := 0
+	frames, bytes := 0, 0
 	data, _ := os.ReadFile(filepath.Join(dir, fileName))
 	for p := headerSize; p < len(data) && !allZero(data[p:]); p += frameAt(data[p:]) {
 		if frameAt(data[p:]) == 0 {
 			t.Fatalf("invalid frame at %d", p)
 		}
 		frames++
+		bytes += frameAt(data[p:])
 	}
 	t.Logf("%d commits in %d frames", workers*each, frames)
 	if frames >= workers*each {
 		t.Fatalf("%d frames for %d commits: no group commit", frames, workers*each)
+	}
+	if f, b := s.Synced(); f != int64(frames) || b != int64(bytes) {
+		t.Fatalf("Synced() = %d frames, %d bytes; the file holds %d, %d", f, b, frames, bytes)
 	}
 	for w := range workers {
 		for p := range uint32(4) {
