@@ -44,7 +44,15 @@ type membership struct {
 	interval time.Duration // heartbeat interval
 	want     []uint32      // the assignment of generation gen
 	lost     bool          // the membership ended: drop everything, then join again
-	owned    []uint32      // ascending: what the consumer processes (HEARTBEAT's owned)
+	// granted is the session timeout the broker granted (JOIN_GROUP's answer), and expires
+	// when the member must consider its session over if no answer came since: the last
+	// answer plus nine tenths of granted (the broker's clock starts no earlier than the
+	// answer it sent). Past it the member drops its partitions without committing, as on
+	// UNKNOWN_MEMBER, even while the Conn is still reconnecting: the broker may already have
+	// given them to another member.
+	granted time.Duration
+	expires time.Time
+	owned   []uint32 // ascending: what the consumer processes (HEARTBEAT's owned)
 }
 
 func newMembership(session time.Duration) (*membership, error) {
@@ -75,6 +83,7 @@ func (m *membership) generation() uint32 {
 func (m *membership) apply(gen uint32, interval time.Duration, parts []uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.answered() // any answer shows the broker still holds the membership
 	if gen < m.gen {
 		return
 	}
@@ -82,6 +91,43 @@ func (m *membership) apply(gen uint32, interval time.Duration, parts []uint32) {
 	if interval > 0 {
 		m.interval = interval
 	}
+	signal(m.changed)
+}
+
+// answered pushes the local session deadline out after an answer from the broker. m.mu held.
+func (m *membership) answered() {
+	if m.granted > 0 {
+		m.expires = time.Now().Add(m.granted - m.granted/10)
+	}
+}
+
+// deadline is when the member must consider its session over (zero: unknown).
+func (m *membership) deadline() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.expires
+}
+
+// sessionContext is m.ctx bounded by the local session deadline, if one is known.
+func (m *membership) sessionContext() (context.Context, context.CancelFunc) {
+	if d := m.deadline(); !d.IsZero() {
+		return context.WithDeadline(m.ctx, d)
+	}
+	return context.WithCancel(m.ctx)
+}
+
+// expired reports whether the local session deadline passed with no answer since.
+func (m *membership) expired() bool {
+	d := m.deadline()
+	return !d.IsZero() && !time.Now().Before(d)
+}
+
+// loseSession drops the assignment: the reconciler revokes everything without committing.
+func (m *membership) loseSession() {
+	m.mu.Lock()
+	m.lost, m.want = true, nil
+	m.expires = time.Time{}
+	m.mu.Unlock()
 	signal(m.changed)
 }
 
@@ -102,6 +148,7 @@ func (k *Consumer) join(ctx context.Context, c *Conn) error {
 	m.mu.Lock()
 	m.epoch++
 	m.gen = 0
+	m.granted = time.Duration(resp.SessionTimeoutMs) * time.Millisecond
 	m.mu.Unlock()
 	m.apply(resp.Generation, time.Duration(resp.HeartbeatIntervalMs)*time.Millisecond, resp.Partitions)
 	return nil
@@ -144,8 +191,11 @@ func (k *Consumer) heartbeater() {
 		outstanding++
 		// Written here, in the order the heartbeats were built: a heartbeat that still owns
 		// a partition must not reach the broker after the one that released it (the broker
-		// would fence the member for claiming what it no longer holds).
-		call, err := c.startCall(m.ctx, wire.OpHeartbeat, req.AppendTo(nil))
+		// would fence the member for claiming what it no longer holds). A reconnect in
+		// progress is waited for up to the local session deadline.
+		sctx, scancel := m.sessionContext()
+		call, err := c.startCall(sctx, wire.OpHeartbeat, req.AppendTo(nil))
+		scancel()
 		go func() {
 			r := hbResult{epoch: epoch}
 			var body []byte
@@ -211,12 +261,9 @@ func (k *Consumer) heartbeater() {
 			if m.ctx.Err() != nil {
 				return
 			}
-			if errors.Is(r.err, &wire.Error{Code: wire.CodeUnknownMember}) || errors.Is(r.err, &wire.Error{Code: wire.CodeFencedMember}) {
+			if errors.Is(r.err, &wire.Error{Code: wire.CodeUnknownMember}) || errors.Is(r.err, &wire.Error{Code: wire.CodeFencedMember}) || m.expired() {
 				k.report(fmt.Errorf("lightq: group %s of %s: membership lost, joining again: %w", k.opts.Group, k.topic, r.err))
-				m.mu.Lock()
-				m.lost, m.want = true, nil
-				m.mu.Unlock()
-				signal(m.changed)
+				m.loseSession()
 				rejoin = true
 				continue
 			}
@@ -511,4 +558,31 @@ func (k *Consumer) MemberID() wire.MemberID {
 func contains32(ps []uint32, p uint32) bool {
 	_, ok := slices.BinarySearch(ps, p)
 	return ok
+}
+
+// awaitDropped waits, before fetchers start on a new connection, until a member whose local
+// session deadline passed during the outage has dropped every partition (the heartbeater
+// declares the loss at the deadline and the reconciler revokes without committing): the
+// broker may have given them to another member. It polls (the kick channel is the
+// heartbeater's) and reports false when the member stops.
+func (k *Consumer) awaitDropped() bool {
+	m := k.member
+	if m == nil || !m.expired() {
+		return true
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		n := len(m.owned)
+		m.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		select {
+		case <-m.ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }

@@ -108,6 +108,9 @@ func (k *Consumer) supervise(c *Conn) {
 			}
 			return
 		}
+		if !k.awaitDropped() {
+			return
+		}
 		s := k.startSession(c, l)
 		select {
 		case <-l.done:

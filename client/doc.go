@@ -138,7 +138,7 @@
 // offset range of a batch that does not decode). The durable consumer: consumer.go
 // (options, the Consumer type, construction, accessors, error reporting, Close),
 // consumer_start.go (start positions), consumer_session.go (one connection's fetchers;
-// the DialConsumer supervisor that redials), consumer_fetch.go (the per-partition fetcher:
+// the supervisor that restarts them on each new connection of the Conn), consumer_fetch.go (the per-partition fetcher:
 // pipelined FETCHes, verification, decompression, retries), consumer_queue.go (the queue
 // between fetchers and Each, bounded by Prefetch, with chunk reuse), consumer_each.go (Each
 // and Messages), consumer_commit.go (group commits, the auto-committer), consumer_group.go
