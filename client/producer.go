@@ -171,11 +171,11 @@ type Producer struct {
 	// The producer's current id and epoch (idempotent producers; -1 otherwise). A partition
 	// numbers its batches under the id and epoch in its partQueue, which catch up with these
 	// when the partition starts its numbering over (producer_idem.go).
-	pid      int64
-	epoch    int16
-	bumpAt   time.Time // when a failed INIT_PRODUCER is tried again; zero: now
-	bumpBo   backoff
-	fenced   error // guarded by ackMu: PRODUCER_FENCED arrived; the flusher stops the producer
+	pid    int64
+	epoch  int16
+	bumpAt time.Time // when a failed INIT_PRODUCER is tried again; zero: now
+	bumpBo backoff
+	fenced error // guarded by ackMu: PRODUCER_FENCED arrived; the flusher stops the producer
 
 	ackMu       sync.Mutex
 	fifo        []*prodBatch // sealed batches in send order: callbacks run in this order
@@ -318,8 +318,8 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 		ackSig:      make(chan struct{}, 1),
 		fifo:        make([]*prodBatch, 0, opts.MaxInFlight+n),
 		idem:        idem, hdrSize: wire.BatchHeaderSize,
-		pid:         wire.NoProducer, epoch: wire.NoProducer,
-		bumpBo:      backoff{min: reconnectMin, max: reconnectMax},
+		pid: wire.NoProducer, epoch: wire.NoProducer,
+		bumpBo: backoff{min: reconnectMin, max: reconnectMax},
 	}
 	if idem {
 		p.hdrSize, p.pid, p.epoch = wire.BatchHeaderSize2, ip.ProducerID, ip.ProducerEpoch
