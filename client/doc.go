@@ -101,6 +101,9 @@
 //	STORAGE_FULL, RESOURCE_LIMIT                        yes       no
 //	STORAGE_ERROR (an I/O error or a failed fsync)      yes       yes
 //	INTERNAL, a code this client does not know          no        yes
+//	UNKNOWN_PRODUCER (renumbered under a new epoch)     yes       no
+//	OUT_OF_ORDER_SEQUENCE (nothing earlier refused),    no        no
+//	  PRODUCER_FENCED (the producer stops)
 //	AUTH_FAILED, NOT_AUTHORIZED, UNKNOWN_TOPIC,         no        no
 //	  UNKNOWN_PARTITION, MESSAGE_TOO_LARGE,
 //	  CORRUPT_BATCH, INVALID_REQUEST, NOT_SUPPORTED,
@@ -115,8 +118,16 @@
 // answers of the partition's later batches: if one of them was stored, the refused batch
 // fails instead (a retry would store it out of order). The codes that close the connection
 // (SHUTTING_DOWN, TIMEOUT, TOO_MANY_CONNECTIONS, MALFORMED_FRAME, ...) are connection
-// losses: the batches are re-sent after the reconnect. A message retried after a lost answer
-// may be stored twice until the broker deduplicates (at least once).
+// losses: the batches are re-sent after the reconnect. An idempotent producer (the default
+// with AckWritten and AckDurable) stores each message once: the broker answers a re-sent
+// batch it already stored with the original offsets. Its answers of PROTOCOL.md section 15:
+// UNKNOWN_PRODUCER (the broker lost the producer's state) is retried under a new epoch, the
+// batch renumbered; OUT_OF_ORDER_SEQUENCE behind an earlier refused batch waits for it;
+// alone, it fails the batch as not stored (the broker lost acknowledged batches) and the
+// partition's later batches start a new epoch, as after any failed batch; PRODUCER_FENCED
+// fails the batch as not stored and stops the producer (a newer incarnation writes). With
+// DisableIdempotence or AckNone, a message retried after a lost answer may be stored twice
+// (at least once).
 //
 // Control batches (PROTOCOL.md section 7: the entries of a replicated partition that carry no
 // message) are checked like any batch and then skipped wherever FETCH answers are read:

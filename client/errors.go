@@ -91,8 +91,12 @@ func refusalOf(code wire.Code) refusal {
 		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty:
 		return refusal{} // refused for what it is: sending it again cannot help
 	case wire.CodeOutOfOrderSequence, wire.CodeProducerFenced, wire.CodeUnknownProducer:
-		// Answers to an idempotent batch (PROTOCOL.md section 15): never stored. This producer
-		// sends no producer id yet, so a broker gives them only to a batch it mislabelled.
+		// Answers to an idempotent batch (PROTOCOL.md section 15): never stored. The producer
+		// acts on them first (producer_idem.go): UNKNOWN_PRODUCER bumps the epoch and
+		// renumbers the batch and the later ones, which go again; OUT_OF_ORDER_SEQUENCE behind
+		// an earlier refused batch waits for it; PRODUCER_FENCED stops the producer. What is
+		// left fails here as not stored: PRODUCER_FENCED, and OUT_OF_ORDER_SEQUENCE with
+		// nothing earlier outstanding (the broker lost acknowledged batches).
 		return refusal{}
 	}
 	return refusal{maybe: true} // a code this client does not know

@@ -55,7 +55,29 @@ type fakeBroker struct {
 	// for a durable topic made with AddDurable; fetches counts the FETCHes.
 	fetchAnswer func(m *wire.Fetch) []byte
 	fetches     int
-	wg          sync.WaitGroup
+	// Idempotent produce (PROTOCOL.md section 15): noIdem makes INIT_PRODUCER an unknown op;
+	// window is its answer's window (default 8); producers holds the dedup state per
+	// (producer id, topic, partition); inits counts INIT_PRODUCERs.
+	noIdem    bool
+	window    uint16
+	nextPID   int64
+	inits     []wire.InitProducer
+	producers map[fakePKey]*fakePState
+	wg        sync.WaitGroup
+}
+
+type fakePKey struct {
+	id    int64
+	topic string
+	part  int
+}
+
+// fakePState is one producer's state in one partition: its epoch, the next base sequence it
+// expects and the last batches stored (base sequence, record count, base offset).
+type fakePState struct {
+	epoch  int16
+	next   int32
+	recent [][3]int64
 }
 
 type fakeTopic struct {
@@ -416,6 +438,27 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 		}
 		fb.mu.Unlock()
 		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	case wire.OpInitProducer:
+		var m wire.InitProducer
+		fb := fc.fb
+		fb.mu.Lock()
+		if fb.noIdem || m.Decode(body) != nil {
+			fb.mu.Unlock()
+			fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
+			return
+		}
+		fb.inits = append(fb.inits, m)
+		resp := wire.InitProducerResponse{ProducerID: m.PreviousID, ProducerEpoch: m.PreviousEpoch + 1,
+			Window: fb.window, ExpiryMs: 1000}
+		if m.PreviousID == wire.NoProducer {
+			fb.nextPID++
+			resp.ProducerID, resp.ProducerEpoch = fb.nextPID, 0
+		}
+		if resp.Window == 0 {
+			resp.Window = 8
+		}
+		fb.mu.Unlock()
+		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
 	case wire.OpProduce:
 		fc.produce(h, body)
 	case wire.OpSubscribe:
@@ -572,6 +615,28 @@ func (fc *fakeConn) produce(h wire.Header, body []byte) {
 		return
 	}
 	base := t.next[part]
+	if bt.ProducerID != wire.NoProducer {
+		dup, werr := fb.checkSequence(fakePKey{bt.ProducerID, string(m.Topic), part}, &bt.BatchHeader, base)
+		if werr != nil || dup >= 0 {
+			answer := func() {
+				if werr != nil {
+					fc.fail(h.Corr, werr.Code, werr.Message)
+					return
+				}
+				resp := wire.ProduceResponse{Partition: uint32(part), BaseOffset: dup}
+				fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+			}
+			if fb.holdAcks {
+				fb.heldAcks = append(fb.heldAcks, answer) // answered in order with the acks
+				fb.cond.Broadcast()
+				fb.mu.Unlock()
+				return
+			}
+			fb.mu.Unlock()
+			answer()
+			return
+		}
+	}
 	if !fb.discard {
 		stored := append([]byte(nil), m.Batch...)
 		wire.SetBaseOffset(stored, base)
@@ -594,6 +659,43 @@ func (fc *fakeConn) produce(h wire.Header, body []byte) {
 	fb.mu.Unlock()
 	answer()
 }
+
+// checkSequence applies PROTOCOL.md section 15's table to a batch with a producer id that
+// would be stored at base: it returns the original base offset of a duplicate, or a refusal,
+// or (-1, nil) after recording the batch as stored. fb.mu is held.
+func (fb *fakeBroker) checkSequence(k fakePKey, h *wire.BatchHeader, base int64) (int64, *wire.Error) {
+	if fb.producers == nil {
+		fb.producers = map[fakePKey]*fakePState{}
+	}
+	st := fb.producers[k]
+	switch {
+	case st == nil && h.BaseSequence != 0:
+		return -1, &wire.Error{Code: wire.CodeUnknownProducer, Message: "no state"}
+	case st == nil || h.ProducerEpoch > st.epoch && h.BaseSequence == 0:
+		st = &fakePState{epoch: h.ProducerEpoch}
+		fb.producers[k] = st
+	case h.ProducerEpoch < st.epoch:
+		return -1, &wire.Error{Code: wire.CodeProducerFenced, Message: "fenced"}
+	case h.ProducerEpoch > st.epoch:
+		return -1, &wire.Error{Code: wire.CodeOutOfOrderSequence, Message: "a new epoch starts at 0"}
+	case h.BaseSequence != st.next:
+		for _, r := range st.recent {
+			if r[0] == int64(h.BaseSequence) && r[1] == int64(h.RecordCount) {
+				return r[2], nil
+			}
+		}
+		return -1, &wire.Error{Code: wire.CodeOutOfOrderSequence, Message: fmt.Sprintf("base sequence %d, expected %d", h.BaseSequence, st.next)}
+	}
+	st.recent = append(st.recent, [3]int64{int64(h.BaseSequence), int64(h.RecordCount), base})
+	if len(st.recent) > 8 {
+		st.recent = st.recent[1:]
+	}
+	st.next = wire.NextSequence(h.BaseSequence, h.RecordCount)
+	return -1, nil
+}
+
+// ForgetProducers drops every producer state, as a transient topic's restart does.
+func (fb *fakeBroker) ForgetProducers() { fb.set(func(fb *fakeBroker) { fb.producers = nil }) }
 
 func (fc *fakeConn) subscribe(h wire.Header, body []byte) {
 	fb := fc.fb

@@ -60,9 +60,18 @@ type ProducerOptions struct {
 	// MaxInFlightPerPartition bounds the batches of one partition sealed and not yet
 	// acknowledged; after a reconnect they are all sent again, in order, byte for byte, so a
 	// broker that remembers the last MaxInFlightPerPartition batches of each producer and
-	// partition recognises every re-send. Not used with AckNone. Default 8, the window of
-	// this broker's deduplication (INIT_PRODUCER's answer, PROTOCOL.md section 15).
+	// partition recognises every re-send. Not used with AckNone. Default 8; an idempotent
+	// producer caps it at the window of the broker's deduplication (INIT_PRODUCER's answer,
+	// PROTOCOL.md section 15), so that every re-send is among the batches the broker
+	// remembers.
 	MaxInFlightPerPartition int
+	// DisableIdempotence turns off the broker's deduplication of this producer's batches. By
+	// default a producer with AckWritten or AckDurable is idempotent (PROTOCOL.md section 15):
+	// NewProducer asks the broker for a producer id (INIT_PRODUCER), every batch carries the
+	// id, an epoch and a sequence number per partition, and a batch re-sent after a lost
+	// answer is stored once. AckNone is never idempotent (the producer does not learn what to
+	// re-send).
+	DisableIdempotence bool
 	// DeliveryTimeout bounds the time from the Send of a batch's first message to the
 	// batch's outcome: a message not acknowledged by then fails with ErrDeliveryTimeout,
 	// whatever the producer was doing (waiting for a slot, reconnecting, retrying a refusal,
@@ -113,7 +122,9 @@ type Ack struct {
 // batches of its partition sent after it are answered, unless one of them was stored (it
 // would then land out of order, so it fails instead). Other refusals fail the batch at once
 // (doc.go has the table). Nothing is retried past DeliveryTimeout. Without the broker's
-// deduplication, a batch whose answer was lost may be stored twice (at least once).
+// deduplication (DisableIdempotence, AckNone, or a broker without INIT_PRODUCER), a batch
+// whose answer was lost may be stored twice (at least once); an idempotent producer's batches
+// are stored exactly once, even across reconnects (producer_idem.go).
 type Producer struct {
 	c               *Conn
 	topic           string
@@ -126,6 +137,8 @@ type Producer struct {
 	maxMsg          int
 	maxBatch        int
 	onError         func(error)
+	idem            bool // batches carry a producer id and sequence numbers (fixed at creation)
+	hdrSize         int  // the batch header size of the producer's batch format
 
 	sem         chan struct{}   // one token per sealed, not yet completed batch
 	partSem     []chan struct{} // per partition, the same (nil with AckNone)
@@ -155,12 +168,21 @@ type Producer struct {
 	phdr       []byte
 	iovec      [3][]byte
 	iov        net.Buffers
+	// The producer's current id and epoch (idempotent producers; -1 otherwise). A partition
+	// numbers its batches under the id and epoch in its partQueue, which catch up with these
+	// when the partition starts its numbering over (producer_idem.go).
+	pid    int64
+	epoch  int16
+	bumpAt time.Time // when a failed INIT_PRODUCER is tried again; zero: now
+	bumpBo backoff
+	fenced error // guarded by ackMu: PRODUCER_FENCED arrived; the flusher stops the producer
 
 	ackMu       sync.Mutex
 	fifo        []*prodBatch // sealed batches in send order: callbacks run in this order
 	head        int
 	queues      []partQueue // per partition, sealed batches not yet done, in seal order
 	retrying    int         // partitions paused by a retriable refusal
+	resyncing   int         // partitions waiting to start their numbering over
 	outstanding int
 	drained     chan struct{} // closed when outstanding reaches 0; nil when nobody waits
 	firstErr    error
@@ -179,6 +201,17 @@ type partQueue struct {
 	paused  bool
 	retryAt time.Time // when the refused batches go again; zero until decided
 	bo      backoff
+	// resync: the partition's sequence has a gap (a batch failed, or the broker lost its
+	// state): nothing of it is written until the flusher renumbers its batches from 0 under a
+	// newer epoch (Producer.resync).
+	resync bool
+
+	// The numbering of an idempotent producer's batches here, guarded by Producer.mu (written
+	// at seal and by resync, which holds both locks): the id and epoch, and the base sequence
+	// of the next batch sealed.
+	pid     int64
+	epoch   int16
+	nextSeq int32
 }
 
 // batchState is where a sealed batch is (guarded by Producer.ackMu).
@@ -253,6 +286,18 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 	if opts.DeliveryTimeout <= 0 {
 		opts.DeliveryTimeout = 2 * time.Minute
 	}
+	idem := opts.Acks != AckNone && !opts.DisableIdempotence
+	var ip wire.InitProducerResponse
+	if idem {
+		if ip, err = c.initProducer(ctx, wire.NoProducer, wire.NoProducer); err != nil {
+			if we := wireError(err); we == nil || we.Code != wire.CodeUnknownOpcode {
+				return nil, err
+			}
+			idem = false // a broker without idempotent produce
+		} else {
+			opts.MaxInFlightPerPartition = min(opts.MaxInFlightPerPartition, int(ip.Window))
+		}
+	}
 	n := len(md[0].Partitions)
 	p := &Producer{
 		c: c, topic: opts.Topic, acks: opts.Acks.wire(), codec: opts.Compression,
@@ -272,6 +317,12 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 		queues:      make([]partQueue, n),
 		ackSig:      make(chan struct{}, 1),
 		fifo:        make([]*prodBatch, 0, opts.MaxInFlight+n),
+		idem:        idem, hdrSize: wire.BatchHeaderSize,
+		pid: wire.NoProducer, epoch: wire.NoProducer,
+		bumpBo: backoff{min: reconnectMin, max: reconnectMax},
+	}
+	if idem {
+		p.hdrSize, p.pid, p.epoch = wire.BatchHeaderSize2, ip.ProducerID, ip.ProducerEpoch
 	}
 	if p.acks != wire.AcksNone {
 		p.partSem = make([]chan struct{}, n)
@@ -281,6 +332,7 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 	}
 	for i := range p.queues {
 		p.queues[i].bo = backoff{min: reconnectMin, max: reconnectMax}
+		p.queues[i].pid, p.queues[i].epoch = p.pid, p.epoch
 	}
 	p.link, _, _ = c.current()
 	go p.flusher()
@@ -303,7 +355,7 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 	for _, h := range m.Headers {
 		size += len(h.Name) + len(h.Value)
 	}
-	if size > p.maxMsg || wire.BatchHeaderSize+wire.RecordSize(0, m.Key, m.Value, m.Headers) > p.maxBatch {
+	if size > p.maxMsg || p.hdrSize+wire.RecordSize(0, m.Key, m.Value, m.Headers) > p.maxBatch {
 		return &wire.Error{Code: wire.CodeMessageTooLarge, Message: fmt.Sprintf("message of %d bytes, limit %d", size, p.maxMsg)}
 	}
 	if m.HasPartition && (m.Partition < 0 || int(m.Partition) >= p.nparts) {
@@ -459,7 +511,11 @@ func (p *Producer) getBatch(part int32) *prodBatch {
 		b.partition = part
 		return b
 	default:
-		return &prodBatch{p: p, partition: part}
+		b := &prodBatch{p: p, partition: part}
+		if p.idem {
+			b.b.SetMagic(wire.BatchMagic2) // kept across Reset
+		}
+		return b
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 // stays until its outcome is known; pump writes the batches of a partition in that order,
 // each only after every earlier one, and writes them again, the same bytes, after a
 // reconnect or a retriable refusal. b.seq numbers the sealed batches of a partition from 0.
+// An idempotent producer stamps its id, epoch and the partition's next base sequence into the
+// batch at seal (producer_idem.go renumbers the batches after a gap).
 
 // seal closes partition part's open batch and hands it to pump. p.mu and the in-flight
 // tokens for part are held; the tokens now belong to the batch.
@@ -28,6 +30,10 @@ func (p *Producer) seal(part int, flush flushMode) {
 	b.hasToken, b.hasPartToken = true, p.partSem != nil
 	if part == p.sticky {
 		p.sticky = (p.sticky + 1) % p.nparts
+	}
+	q := &p.queues[part] // its numbering fields are guarded by p.mu, held
+	if p.idem {
+		b.b.SetProducer(q.pid, q.epoch, q.nextSeq)
 	}
 	data, err := b.b.Finish(p.codec, &p.comp)
 	if p.codec != wire.CodecNone && (err != nil || len(data) >= b.b.Size() || len(data) > p.maxBatch) {
@@ -39,6 +45,9 @@ func (p *Producer) seal(part int, flush flushMode) {
 		return
 	}
 	b.data = data
+	if p.idem {
+		q.nextSeq = wire.NextSequence(q.nextSeq, uint32(b.b.Count()))
+	}
 	p.enqueue(b, true)
 	p.pump(part, flush)
 }
@@ -73,7 +82,7 @@ func (p *Producer) pump(part int, flush flushMode) {
 		p.ackMu.Lock()
 		q := &p.queues[part]
 		var b *prodBatch
-		if !q.paused {
+		if !q.paused && !q.resync {
 			for _, x := range q.batches {
 				if x.state == stInFlight {
 					continue
@@ -103,6 +112,9 @@ func (p *Producer) write(l *link, b *prodBatch, flush flushMode) bool {
 		// The broker came back with a smaller MaxBatch than the batch was built for.
 		p.complete(b, -1, b.partition, newProduceError(&wire.Error{Code: wire.CodeMessageTooLarge,
 			Message: fmt.Sprintf("batch of %d bytes, the broker's MaxBatch is now %d", len(b.data), l.limits.MaxBatch)}, b.uncertain))
+		if p.idem {
+			p.wake() // its partition starts its numbering over
+		}
 		return true
 	}
 	if p.acks != wire.AcksNone {
@@ -220,6 +232,10 @@ func (p *Producer) answer(b *prodBatch, corr uint32, base int64, par int32, err 
 	switch {
 	case err == nil:
 		p.completeLocked(b, base, par, nil)
+	case we != nil && p.idem && p.sequenceRefusal(b, we.Code, err):
+		p.ackMu.Unlock()
+		p.wake()
+		return
 	case we != nil && refusalOf(we.Code).retry:
 		b.state, b.lastErr = stRefused, err
 		b.uncertain = b.uncertain || refusalOf(we.Code).maybe
@@ -236,7 +252,8 @@ func (p *Producer) answer(b *prodBatch, corr uint32, base int64, par int32, err 
 	default: // an answer that does not decode
 		p.completeLocked(b, -1, par, newProduceError(err, true))
 	}
-	paused := p.queues[b.partition].paused
+	q := &p.queues[b.partition]
+	paused := q.paused || q.resync
 	p.ackMu.Unlock()
 	p.signalAcker()
 	if paused {
@@ -274,6 +291,11 @@ func (p *Producer) completeLocked(b *prodBatch, base int64, par int32, err error
 		}
 	}
 	if err != nil {
+		if p.idem && !q.resync {
+			// Its sequence numbers are a gap now: the later batches start over.
+			q.resync = true
+			p.resyncing++
+		}
 		return
 	}
 	if q.bo.cur != 0 {

@@ -56,7 +56,13 @@ func (p *Producer) flusher() {
 		}
 		linger.Reset(d)
 		d = time.Hour
-		if at := p.chores(); !at.IsZero() {
+		at := p.chores()
+		if p.idem {
+			if rat := p.resync(); !rat.IsZero() && (at.IsZero() || rat.Before(at)) {
+				at = rat
+			}
+		}
+		if !at.IsZero() {
 			d = max(time.Until(at), 0)
 		}
 		chores.Reset(d)
@@ -157,7 +163,7 @@ func (p *Producer) retryPaused(now time.Time) time.Time {
 	for part := range p.queues {
 		p.ackMu.Lock()
 		q := &p.queues[part]
-		if !q.paused {
+		if !q.paused || q.resync { // resync renumbers and sends a partition it holds
 			p.ackMu.Unlock()
 			continue
 		}

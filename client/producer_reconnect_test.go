@@ -65,8 +65,10 @@ func TestProducerReconnectResends(t *testing.T) {
 	var plog produceLog
 	fb.set(func(fb *fakeBroker) { fb.holdAcks, fb.produceHook = true, plog.hook })
 	const perPart = 3
+	// Without deduplication: every unanswered batch is stored twice, byte for byte
+	// (TestProducerIdempotentReconnect has the same with it).
 	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 2048, MaxInFlight: 8,
-		MaxInFlightPerPartition: perPart, Linger: -1})
+		MaxInFlightPerPartition: perPart, Linger: -1, DisableIdempotence: true})
 	log := newAckLog()
 	const n = 60
 	val := bytes.Repeat([]byte("z"), 900)
@@ -207,7 +209,8 @@ func TestProducerRefusedBatchOvertakenFails(t *testing.T) {
 			return nil
 		}
 	})
-	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 1024, Linger: -1})
+	// Without deduplication (with it, the broker stores nothing after a refused batch).
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 1024, Linger: -1, DisableIdempotence: true})
 	log := newAckLog()
 	ctx := testCtx(t)
 	val := bytes.Repeat([]byte("o"), 1100) // one message fills a batch
@@ -248,6 +251,8 @@ func TestProducerRefusalCodes(t *testing.T) {
 	want := map[wire.Code]outcome{
 		wire.CodeStorageFull: retried, wire.CodeResourceLimit: retried, wire.CodeStorageError: retried,
 		wire.CodeInternal: maybe, wire.Code(999): maybe,
+		// The idempotent producer bumps its epoch and renumbers the batch (PROTOCOL.md 15).
+		wire.CodeUnknownProducer: retried,
 	}
 	codes := append(wire.Codes(), 999)
 	for _, code := range codes {

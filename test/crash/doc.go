@@ -14,8 +14,8 @@
 //	crash: cycles=N acked=N lost=N duplicated=N unknown=N
 //
 // lost: acknowledged messages not found at the offset their acknowledgement names (must be
-// 0); duplicated: messages stored more than once, which the client's re-sends cause until
-// the broker deduplicates (requireNoDuplicates, in verifier_test.go, makes them a violation);
+// 0); duplicated: messages stored more than once (must be 0: the client's producer is
+// idempotent, and requireNoDuplicates, in verifier_test.go, makes them a violation);
 // unknown: messages the client failed as "may have been stored". lqcat_test.go runs lqcat -P
 // from a pipe through a kill -9 and a SIGTERM of the real binary.
 //

@@ -121,10 +121,13 @@ func TestVerifierCatches(t *testing.T) {
 		{"unsent-but-present", func(_ *testing.T, s *selfTest) {
 			s.send(s.st.prods[2], 1, stUnsent, true)
 		}, false, func(r report) bool { return r.failedPresent == 1 }},
-		{"duplicate-of-acked", func(_ *testing.T, s *selfTest) { s.log[1] = append(s.log[1], s.log[1][0]) }, false,
+		{"duplicate-of-acked", func(_ *testing.T, s *selfTest) {
+			s.st.noDuplicates = false // counted, not refused (requireNoDuplicates false)
+			s.log[1] = append(s.log[1], s.log[1][0])
+		}, false,
 			func(r report) bool { return r.duplicates == 1 && r.illegalDup == 0 && r.violations() == 0 }},
 		{"duplicate-refused", func(_ *testing.T, s *selfTest) {
-			s.st.noDuplicates = true // requireNoDuplicates, once the broker deduplicates
+			s.st.noDuplicates = true // requireNoDuplicates: the producer is idempotent
 			s.log[1] = append(s.log[1], s.log[1][0])
 		}, false, func(r report) bool { return r.duplicates == 1 && r.illegalDup == 1 }},
 		{"error-that-does-not-say", func(_ *testing.T, s *selfTest) {
@@ -134,6 +137,7 @@ func TestVerifierCatches(t *testing.T) {
 			h.resolve(seq, client.Ack{}, client.ErrClosed) // neither sentinel: counted as unknown
 		}, false, func(r report) bool { return r.indeterminate == 3 }},
 		{"duplicate-of-indeterminate", func(_ *testing.T, s *selfTest) {
+			s.st.noDuplicates = false // counted, not refused (requireNoDuplicates false)
 			s.log[0] = append(s.log[0], slices.Clone(s.log[0][len(s.log[0])-1]))
 		}, false, func(r report) bool { return r.duplicates == 1 && r.violations() == 0 }},
 		{"order", func(_ *testing.T, s *selfTest) {

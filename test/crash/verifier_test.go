@@ -29,11 +29,10 @@ import (
 
 const payloadHeader = 16
 
-// requireNoDuplicates makes every message stored twice a violation. Until the broker
-// deduplicates re-sent batches (issue 10: producer ids and sequence numbers), a batch whose
-// acknowledgement was lost in a kill -9 is stored again by the client's re-send, so
-// duplicates are counted, not refused. Flip it to true once the broker deduplicates.
-const requireNoDuplicates = false
+// requireNoDuplicates makes every message stored twice a violation: the client's producer is
+// idempotent (PROTOCOL.md section 15), so a batch re-sent after a kill -9 lost its
+// acknowledgement is answered with its original offsets, not stored again.
+const requireNoDuplicates = true
 
 // status is what the client learned about one message.
 type status uint8
