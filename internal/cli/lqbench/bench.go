@@ -58,9 +58,11 @@ type Config struct {
 	Linger      time.Duration
 	MaxInFlight int
 	Acks        client.AckLevel
-	Compression wire.Codec
-	Rate        int // total messages per second over all producers; 0 = as fast as possible
-	Window      int // subscription credit window
+	// NoIdempotence turns the producers' idempotence off (to measure what it costs).
+	NoIdempotence bool
+	Compression   wire.Codec
+	Rate          int // total messages per second over all producers; 0 = as fast as possible
+	Window        int // subscription credit window
 
 	// IdleTimeout ends a consumer that has received nothing for this long.
 	IdleTimeout time.Duration

@@ -165,6 +165,7 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.IdleTimeout, "idle", 5*time.Second, "consumers stop after this long without a message")
 	fs.StringVar(&o.kind, "kind", "transient", "topic kind: transient or durable")
 	fs.StringVar(&o.acks, "acks", "written", "acknowledgements: none, written or durable")
+	fs.BoolVar(&cfg.NoIdempotence, "no-idempotence", false, "producers send no producer id (at least once; the client is idempotent by default with acks written or durable)")
 	fs.Func("X", "topic option key=value for a topic lqbench creates (repeatable; sizes take units: -X segment.bytes=64MiB)", func(s string) error {
 		o.topicOptions = append(o.topicOptions, s)
 		return nil

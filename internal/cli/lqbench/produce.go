@@ -59,10 +59,10 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	p, err := c.NewProducer(client.ProducerOptions{
 		Topic: cfg.Topic, Acks: cfg.Acks, BatchBytes: cfg.BatchBytes, Linger: cfg.Linger,
 		MaxInFlight: cfg.MaxInFlight, Compression: cfg.Compression,
-		// --inflight is per producer, as before producers re-sent after reconnects: one
-		// partition may hold all of them (this producer sends no producer id, so no
-		// deduplication window bounds it).
+		// --inflight is per producer: one partition may hold all of them, up to the
+		// broker's deduplication window (INIT_PRODUCER's answer) when idempotent.
 		MaxInFlightPerPartition: cfg.MaxInFlight,
+		DisableIdempotence:      cfg.NoIdempotence,
 	})
 	if err != nil {
 		return err
