@@ -121,6 +121,8 @@ func waitForMetrics(t testing.TB, httpAddr string, want []expectation) map[strin
 	var mfs map[string]*dto.MetricFamily
 	var bad []string
 	deadline := time.Now().Add(20 * time.Second)
+	poll := time.NewTicker(10 * time.Millisecond) // a condition polled until the deadline
+	defer poll.Stop()
 	for {
 		mfs = scrape(t, httpAddr)
 		if bad = mismatches(mfs, want); len(bad) == 0 {
@@ -129,7 +131,7 @@ func waitForMetrics(t testing.TB, httpAddr string, want []expectation) map[strin
 		if time.Now().After(deadline) {
 			t.Fatalf("after 20 s, /metrics still shows:\n  %s", strings.Join(bad, "\n  "))
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-poll.C
 	}
 }
 

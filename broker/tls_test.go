@@ -180,6 +180,8 @@ func logTo(c *Config) *logBuffer {
 func (l *logBuffer) waitLog(t testing.TB, msg string, parts ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
+	poll := time.NewTicker(time.Millisecond) // a condition polled until the deadline
+	defer poll.Stop()
 	for {
 		for _, line := range strings.Split(l.since(), "\n") {
 			if !strings.Contains(line, `"message":"`+msg+`"`) {
@@ -196,7 +198,7 @@ func (l *logBuffer) waitLog(t testing.TB, msg string, parts ...string) string {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %q line with %q after 20 s; log:\n%s", msg, parts, l.String())
 		}
-		time.Sleep(time.Millisecond)
+		<-poll.C
 	}
 }
 

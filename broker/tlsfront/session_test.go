@@ -185,6 +185,8 @@ func TestSessionLingersAfterBrokerClose(t *testing.T) {
 		t.Fatalf("read %d bytes, %v; want 400000 then EOF", len(got), err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
+	poll := time.NewTicker(time.Millisecond) // a condition polled until the deadline
+	defer poll.Stop()
 	for {
 		e.mu.Lock()
 		done := e.released == e.admitted
@@ -195,7 +197,7 @@ func TestSessionLingersAfterBrokerClose(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the session did not end within the linger time while its client stayed open")
 		}
-		time.Sleep(time.Millisecond)
+		<-poll.C
 	}
 }
 

@@ -100,11 +100,13 @@ func TestCrashLqcatProduce(t *testing.T) {
 	}()
 	waitStored := func(k int64) {
 		deadline := time.Now().Add(30 * time.Second)
+		poll := time.NewTicker(2 * time.Millisecond) // a condition polled until the deadline
+		defer poll.Stop()
 		for stored(t, admin) < k {
 			if time.Now().After(deadline) {
 				t.Fatalf("the broker never held %d messages", k)
 			}
-			time.Sleep(2 * time.Millisecond)
+			<-poll.C
 		}
 	}
 	restart := func(how string) {

@@ -163,6 +163,8 @@ func testBinarySIGTERM(t *testing.T, bin string) {
 		}
 	}
 	// The open client learns the broker is gone (and tries to reconnect).
+	poll := time.NewTicker(5 * time.Millisecond) // a condition polled until the deadline
+	defer poll.Stop()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		ok, last := c.Connected()
 		if !ok {
@@ -175,7 +177,7 @@ func testBinarySIGTERM(t *testing.T, bin string) {
 			t.Error("client connection still open after the broker exited")
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-poll.C
 	}
 	if _, err := os.Stat(filepath.Join(p.dataDir, "meta.json")); err != nil {
 		t.Errorf("metadata not written: %v", err)
@@ -345,12 +347,14 @@ func testBinarySlowSubscriberRSS(t *testing.T, bin string) {
 		if int64(i)-received.Load() > maxAhead {
 			waits++
 			deadline := time.Now().Add(10 * time.Second)
+			poll := time.NewTicker(100 * time.Microsecond) // a condition polled until the deadline
 			for int64(i)-received.Load() > maxAhead {
 				if time.Now().After(deadline) {
 					t.Fatalf("fast subscriber stuck at %d of %d sent", received.Load(), i)
 				}
-				time.Sleep(100 * time.Microsecond)
+				<-poll.C
 			}
+			poll.Stop()
 		}
 		if err := prod.Send(ctx, &client.Message{Value: value}, nil); err != nil {
 			t.Fatalf("send %d: %v", i, err)

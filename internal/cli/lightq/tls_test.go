@@ -118,11 +118,13 @@ func testBinaryTLSReload(t *testing.T, bin string) {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(20 * time.Second)
+		poll := time.NewTicker(5 * time.Millisecond) // a condition polled until the deadline
+		defer poll.Stop()
 		for strings.Count(p.log.String(), wantMsg) == n {
 			if time.Now().After(deadline) {
 				t.Fatalf("no %q after SIGHUP; log:\n%s", wantMsg, p.log.String())
 			}
-			time.Sleep(5 * time.Millisecond)
+			<-poll.C
 		}
 	}
 	renewed := certgen.ServerLeaf(2 * time.Hour)

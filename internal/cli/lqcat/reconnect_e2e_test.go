@@ -152,11 +152,13 @@ func TestProduceSurvivesRestarts(t *testing.T) {
 	}
 	waitStored := func(k uint64) {
 		deadline := time.Now().Add(30 * time.Second)
+		poll := time.NewTicker(5 * time.Millisecond) // a condition polled until the deadline
+		defer poll.Stop()
 		for r.messagesIn("events") < k {
 			if time.Now().After(deadline) {
 				t.Fatalf("the broker never stored %d messages", k)
 			}
-			time.Sleep(5 * time.Millisecond)
+			<-poll.C
 		}
 	}
 	waitStored(n / 6)
@@ -221,11 +223,13 @@ func TestProduceDeliveryTimeout(t *testing.T) {
 	}()
 	fmt.Fprintln(pw, "first")
 	deadline := time.Now().Add(30 * time.Second)
+	poll := time.NewTicker(5 * time.Millisecond) // a condition polled until the deadline
+	defer poll.Stop()
 	for r.messagesIn("events") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the first line never arrived")
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-poll.C
 	}
 	r.stop(false) // and it stays down
 	fmt.Fprintln(pw, "second")
