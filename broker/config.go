@@ -119,6 +119,11 @@ type Config struct {
 	// offsets and lag /metrics shows: group names are chosen by clients, and each pair is
 	// two series per partition. Commits of groups past it are counted, not shown.
 	MetricsMaxGroups int
+	// NodeID names this broker in METADATA's cluster layout (PROTOCOL.md section 16) and,
+	// in a cluster, among its peers; 0 means 1. A broker without cluster settings answers as
+	// a cluster of one that leads every partition.
+	NodeID uint32
+
 	// TLS configures the TLS client listener, off unless TLS.Addr is set (see TLSConfig).
 	TLS TLSConfig
 

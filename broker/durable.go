@@ -75,8 +75,16 @@ func parseDurableOptions(opts []wire.Option, maxBatch int) (durableShape, error)
 			} else {
 				sh.logOpts.RetentionAge = time.Duration(v) * time.Millisecond
 			}
+		case wire.OptionReplicationFactor:
+			v, err := strconv.Atoi(o.Value)
+			switch {
+			case err != nil || v < 1 || v > wire.MaxReplicas:
+				return sh, answer(wire.CodeInvalidRequest, "%s: %q is out of range: want an integer from 1 to the number of brokers in the cluster", o.Key, o.Value)
+			case v > 1:
+				return sh, answer(wire.CodeInvalidRequest, "%s=%d needs a cluster of at least %d brokers; this broker has no cluster settings (a cluster of one)", o.Key, v, v)
+			}
 		default:
-			return sh, answer(wire.CodeInvalidRequest, "unknown option %q for a durable topic (fsync, segment.bytes, segment.ms, retention.bytes, retention.ms)", o.Key)
+			return sh, answer(wire.CodeInvalidRequest, "unknown option %q for a durable topic (fsync, segment.bytes, segment.ms, retention.bytes, retention.ms, replication.factor)", o.Key)
 		}
 	}
 	return sh, nil

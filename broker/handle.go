@@ -128,7 +128,7 @@ func (c *conn) handleMetadata(corr uint32, body []byte) {
 	if !c.decodeOr(corr, wire.OpMetadata, m.Decode(body)) {
 		return
 	}
-	var resp wire.MetadataResponse
+	resp := wire.MetadataResponse{Cluster: m.Cluster}
 	topics := *c.srv.topics.Load()
 	if len(m.Topics) == 0 {
 		for _, t := range sortedTopics(topics) {
@@ -145,7 +145,33 @@ func (c *conn) handleMetadata(corr uint32, body []byte) {
 			resp.Topics = append(resp.Topics, t.metadata())
 		}
 	}
+	if m.Cluster {
+		c.srv.describeCluster(&resp)
+	}
 	c.respond(wire.OpMetadata, corr, resp.AppendTo)
+}
+
+// describeCluster fills METADATA's cluster layout. A broker without cluster settings is a
+// cluster of one: it leads every partition, and its address is the one the client used.
+func (s *Server) describeCluster(resp *wire.MetadataResponse) {
+	id := s.nodeID()
+	resp.NodeID = id
+	resp.Brokers = []wire.BrokerMetadata{{NodeID: id}}
+	self := []uint32{id}
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			p := &resp.Topics[i].Partitions[j]
+			p.Leader, p.Replicas = id, self
+		}
+	}
+}
+
+// nodeID is Config.NodeID, 1 when unset.
+func (s *Server) nodeID() uint32 {
+	if s.cfg.NodeID == 0 {
+		return 1
+	}
+	return s.cfg.NodeID
 }
 
 func (c *conn) handleStats(corr uint32, body []byte) {

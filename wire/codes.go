@@ -67,6 +67,9 @@ const (
 	CodeUnknownMember Code = 34 // the member id is not in the group (never joined, left, or expired): join again
 	CodeFencedMember  Code = 35 // the member does not hold the partition in that generation: stop it, do not commit
 	CodeGroupNotEmpty Code = 36 // an offset-only commit (or reset) of a group that has live members
+	// Replication (PROTOCOL.md section 16).
+	CodeNotLeader          Code = 41 // this broker does not lead the partition: refresh METADATA (cluster flag) and go to the leader; nothing done
+	CodeReplicationTimeout Code = 42 // the leader did not hear a quorum in time: the batch may or may not be stored
 )
 
 type codeInfo struct {
@@ -111,6 +114,8 @@ var codeTable = map[Code]codeInfo{
 	CodeUnknownMember:       {"UNKNOWN_MEMBER", false},
 	CodeFencedMember:        {"FENCED_MEMBER", false},
 	CodeGroupNotEmpty:       {"GROUP_NOT_EMPTY", false},
+	CodeNotLeader:           {"NOT_LEADER", false},
+	CodeReplicationTimeout:  {"REPLICATION_TIMEOUT", false},
 }
 
 func (c Code) String() string {

@@ -34,4 +34,9 @@ const (
 	// OptionRetentionMs (durable) deletes whole segments whose newest record is older than
 	// this many milliseconds (0, the default: keep all). See PROTOCOL.md, CREATE_TOPIC.
 	OptionRetentionMs = "retention.ms"
+
+	// OptionReplicationFactor (durable) is how many brokers of a cluster hold each partition,
+	// 1 (the default: one broker, no Raft) to the cluster's size; a topic with more than one
+	// is replicated with Raft (PROTOCOL.md section 16). Fixed at creation.
+	OptionReplicationFactor = "replication.factor"
 )

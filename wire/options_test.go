@@ -18,13 +18,14 @@ func TestOptionKeysDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := map[string]string{ // key: its kind's column
-		wire.OptionRingBytes:      "transient",
-		wire.OptionRingSlots:      "transient",
-		wire.OptionFsync:          "durable",
-		wire.OptionSegmentBytes:   "durable",
-		wire.OptionSegmentMs:      "durable",
-		wire.OptionRetentionBytes: "durable",
-		wire.OptionRetentionMs:    "durable",
+		wire.OptionRingBytes:         "transient",
+		wire.OptionRingSlots:         "transient",
+		wire.OptionFsync:             "durable",
+		wire.OptionSegmentBytes:      "durable",
+		wire.OptionSegmentMs:         "durable",
+		wire.OptionRetentionBytes:    "durable",
+		wire.OptionRetentionMs:       "durable",
+		wire.OptionReplicationFactor: "durable",
 	}
 	rows := regexp.MustCompile("(?m)^ *\\| (transient|durable) \\| `").FindAll(doc, -1)
 	if len(rows) != len(keys) {

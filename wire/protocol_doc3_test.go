@@ -1,0 +1,66 @@
+package wire_test
+
+import "github.com/lightq/lightq/wire"
+
+// clusterExamples are PROTOCOL.md's examples of METADATA's cluster layout and of NOT_LEADER
+// (section 16).
+func clusterExamples() []protocolExample {
+	var ex []protocolExample
+	add := func(name string, doc *annotated, frame []byte) {
+		ex = append(ex, protocolExample{name: name, doc: doc, frame: frame})
+	}
+	body := func(fill func(a *annotated)) *annotated {
+		var a annotated
+		fill(&a)
+		return &a
+	}
+	const resp = wire.FlagResponse
+	add("metadata-request-cluster",
+		frame(wire.OpMetadata, 0, 40, body(func(a *annotated) {
+			a.u32(1, "topic count 1")
+			a.str("orders", "  topic name")
+			a.u8(1, "flags: bit 0 cluster")
+		})),
+		wireFrame(wire.OpMetadata, 0, 40, &wire.MetadataRequest{Topics: []string{"orders"}, Cluster: true}))
+	rf := []wire.Option{{Key: wire.OptionReplicationFactor, Value: "3"}}
+	add("metadata-response-cluster",
+		frame(wire.OpMetadata, resp, 40, body(func(a *annotated) {
+			a.u32(1, "topic count 1")
+			a.str("orders", "  topic name")
+			a.u8(2, "  kind 2 (durable)")
+			a.str("", "  topic user (none)")
+			a.u16(1, "  option count 1")
+			a.str("replication.factor", "    option key")
+			a.str("3", "    option value")
+			a.u32(1, "  partition count 1")
+			a.u32(0, "    partition 0")
+			a.i64(0, "    start offset 0")
+			a.i64(120, "    end offset 120 (the high watermark)")
+			a.u32(2, "    leader: node 2")
+			a.u16(3, "    replica count 3")
+			a.u32(2, "      node 2")
+			a.u32(3, "      node 3")
+			a.u32(1, "      node 1")
+			a.u32(1, "node id of the answering broker: 1")
+			a.u32(3, "broker count 3")
+			for _, n := range []uint32{1, 2, 3} {
+				a.u32(n, "  node %d", n)
+				a.str(clusterAddr(n), "  address")
+				a.str("", "  TLS address (no TLS listener)")
+			}
+		})),
+		wireFrame(wire.OpMetadata, resp, 40, &wire.MetadataResponse{Cluster: true, NodeID: 1, Topics: []wire.TopicMetadata{{
+			Name: "orders", Kind: wire.KindDurable, Options: rf,
+			Partitions: []wire.PartitionMetadata{{ID: 0, EndOffset: 120, Leader: 2, Replicas: []uint32{2, 3, 1}}},
+		}}, Brokers: []wire.BrokerMetadata{{NodeID: 1, Addr: clusterAddr(1)}, {NodeID: 2, Addr: clusterAddr(2)}, {NodeID: 3, Addr: clusterAddr(3)}}}))
+	const notLeader = "partition 0 of orders: this broker (node 1) is not its leader; node 2 is, at 127.0.0.2:7400"
+	add("error-not-leader",
+		frame(wire.OpError, 0, 41, body(func(a *annotated) {
+			a.u16(41, "code 41 NOT_LEADER")
+			a.str(notLeader, "message")
+		})),
+		wireFrame(wire.OpError, 0, 41, &wire.ErrorBody{Code: wire.CodeNotLeader, Message: notLeader}))
+	return ex
+}
+
+func clusterAddr(n uint32) string { return "127.0.0." + string(rune('0'+n)) + ":7400" }
