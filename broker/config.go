@@ -123,6 +123,8 @@ type Config struct {
 	// in a cluster, among its peers; 0 means 1. A broker without cluster settings answers as
 	// a cluster of one that leads every partition.
 	NodeID uint32
+	// Cluster makes the broker a member of a cluster; off unless Cluster.Peers is set.
+	Cluster ClusterConfig
 
 	// TLS configures the TLS client listener, off unless TLS.Addr is set (see TLSConfig).
 	TLS TLSConfig
@@ -264,7 +266,18 @@ func (c *Config) Validate() error {
 	if err := c.Groups.Validate(); err != nil {
 		return err
 	}
+	if err := c.Cluster.validate(c.nodeID()); err != nil {
+		return err
+	}
 	return c.TLS.validate()
+}
+
+// nodeID is NodeID, 1 when unset.
+func (c *Config) nodeID() uint32 {
+	if c.NodeID == 0 {
+		return 1
+	}
+	return c.NodeID
 }
 
 // maxProducerExpiry keeps the expiry within INIT_PRODUCER's u32 of milliseconds.

@@ -166,13 +166,8 @@ func (s *Server) describeCluster(resp *wire.MetadataResponse) {
 	}
 }
 
-// nodeID is Config.NodeID, 1 when unset.
-func (s *Server) nodeID() uint32 {
-	if s.cfg.NodeID == 0 {
-		return 1
-	}
-	return s.cfg.NodeID
-}
+// nodeID is this broker's node id (Config.NodeID, 1 when unset).
+func (s *Server) nodeID() uint32 { return s.cfg.nodeID() }
 
 func (c *conn) handleStats(corr uint32, body []byte) {
 	var m wire.TopicName

@@ -114,6 +114,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
+	if cfg.Cluster.Enabled() {
+		// The replication engine (cluster/) is not wired into the broker yet: refuse rather
+		// than run as a single broker that ignores its cluster settings.
+		return nil, fmt.Errorf("broker config: cluster settings (peers %s) are not supported by this build yet", cfg.Cluster.describePeers())
+	}
 	ops, reg, err := listenOps(&cfg)
 	if err != nil {
 		return nil, err

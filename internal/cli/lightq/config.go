@@ -76,6 +76,14 @@ var confHelp = map[string]string{
 	"tls-min-version":       "lowest TLS version accepted: 1.3 or 1.2",
 	"tls-handshake-timeout": "close a TLS connection whose handshake has not completed after this long",
 
+	// Cluster.
+	"node-id":             "this broker's node id in its cluster (and in METADATA), from 1",
+	"cluster-peers":       "every cluster member as node-id=host:port of its cluster port, this broker among them (empty: no cluster)",
+	"cluster-listen":      "where this broker's cluster port listens, when not its cluster-peers address",
+	"cluster-secret-file": "file holding the cluster secret (or LIGHTQ_CLUSTER_SECRET), at least 16 bytes, the same on every member",
+	"advertise-addr":      "client address METADATA gives for this broker (default: addr)",
+	"advertise-tls-addr":  "TLS client address METADATA gives for this broker (default: tls-addr)",
+
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback; the same as http-addr: served there)",
 	"fetch-copy": "send FETCH data with read+write instead of sendfile (for comparing the two)",
@@ -225,12 +233,34 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 		errs = append(errs, fmt.Errorf("tls-min-version: %q is not 1.3 or 1.2", set["tls-min-version"]))
 	}
 	cfg.TLS.HandshakeTimeout = dur("tls-handshake-timeout")
-	for _, key := range []string{"pprof-addr", "http-addr", "tls-addr"} {
+	for _, key := range []string{"pprof-addr", "http-addr", "tls-addr", "cluster-listen", "advertise-addr", "advertise-tls-addr"} {
 		if addr := set[key]; addr != "" {
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %q is not host:port", key, addr))
 			}
 		}
+	}
+	if v, err := strconv.ParseUint(set["node-id"], 10, 32); err != nil || v == 0 {
+		errs = append(errs, fmt.Errorf("node-id: %q is out of range: want an integer from 1 to %d", set["node-id"], uint32(1<<32-1)))
+	} else {
+		cfg.NodeID = uint32(v)
+	}
+	if peers, err := broker.ParsePeers(set["cluster-peers"]); err != nil {
+		errs = append(errs, fmt.Errorf("cluster-peers: %w", err))
+	} else {
+		cfg.Cluster.Peers = peers
+	}
+	cfg.Cluster.Listen = set["cluster-listen"]
+	cfg.Cluster.AdvertiseAddr = set["advertise-addr"]
+	cfg.Cluster.AdvertiseTLSAddr = set["advertise-tls-addr"]
+	if secret := getenv("LIGHTQ_CLUSTER_SECRET"); secret != "" {
+		cfg.Cluster.Secret = []byte(secret)
+	} else if f := set["cluster-secret-file"]; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster-secret-file: %w", err))
+		}
+		cfg.Cluster.Secret = []byte(strings.TrimSpace(string(b)))
 	}
 	cfg.HTTPAddr = set["http-addr"]
 	cfg.HTTPPprof = cfg.HTTPAddr != "" && set["pprof-addr"] == cfg.HTTPAddr

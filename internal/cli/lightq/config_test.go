@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,6 +93,8 @@ var settingSamples = map[string]string{
 	"tls-addr": "0.0.0.0:7451", "tls-cert": "/etc/lightq/server.crt", "tls-key": "/etc/lightq/server.key",
 	"tls-client-ca": "/etc/lightq/clients.crt", "tls-client-auth": "optional", "tls-min-version": "1.2",
 	"tls-handshake-timeout": "3s",
+	"node-id":               "2", "cluster-peers": "1=127.0.0.1:7460,2=127.0.0.1:7461", "cluster-listen": "0.0.0.0:7461",
+	"cluster-secret-file": "testdata/cluster.secret", "advertise-addr": "10.0.0.2:7450", "advertise-tls-addr": "10.0.0.2:7451",
 }
 
 // TestOperationsSettings: http-addr and metrics-max-groups reach the broker's Config; the
@@ -200,4 +203,40 @@ func TestEveryFlagInConfigFile(t *testing.T) {
 			t.Errorf("%s = %s in a file: the broker's configuration did not change", f.Name, sample)
 		}
 	})
+}
+
+// TestClusterSettings: the cluster settings reach the broker's Config, the secret from the
+// environment before the file, and bad values name their setting.
+func TestClusterSettings(t *testing.T) {
+	settings, err := parseConf(defaultConf, "default.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings["node-id"] = "2"
+	settings["cluster-peers"] = "1=127.0.0.1:7460, 2=127.0.0.1:7461,3=[::1]:7462"
+	settings["cluster-secret-file"] = "testdata/cluster.secret"
+	cfg, err := buildConfig(settings, envFunc(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeID != 2 || len(cfg.Cluster.Peers) != 3 || cfg.Cluster.Peers[3] != "[::1]:7462" || string(cfg.Cluster.Secret) != "a-test-cluster-secret-0123456789" {
+		t.Errorf("node %d peers %v secret %q", cfg.NodeID, cfg.Cluster.Peers, cfg.Cluster.Secret)
+	}
+	cfg, err = buildConfig(settings, envFunc(map[string]string{"LIGHTQ_CLUSTER_SECRET": "from-the-environment-16"}), &bytes.Buffer{})
+	if err != nil || string(cfg.Cluster.Secret) != "from-the-environment-16" {
+		t.Errorf("secret from the environment: %q, %v", cfg.Cluster.Secret, err)
+	}
+	for _, tc := range []struct{ key, value, want string }{
+		{"node-id", "0", "node-id: \"0\" is out of range"},
+		{"cluster-peers", "1=127.0.0.1:7460,1=127.0.0.1:7461", "cluster-peers: node 1 is listed twice"},
+		{"cluster-peers", "x=127.0.0.1:7460", "the node id must be an integer"},
+		{"cluster-peers", "1=localhost", "cluster-peers: node 1: \"localhost\" is not host:port"},
+		{"cluster-secret-file", "testdata/no-such-file", "cluster-secret-file: open testdata/no-such-file"},
+	} {
+		bad := maps.Clone(settings)
+		bad[tc.key] = tc.value
+		if _, err := buildConfig(bad, envFunc(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s = %s: %v, want %q", tc.key, tc.value, err, tc.want)
+		}
+	}
 }
