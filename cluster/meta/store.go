@@ -210,10 +210,16 @@ func (s *Store) Close() error {
 // and waits until this broker has applied it, so that State reflects it when Propose returns.
 // It returns the command's Result, or its refusal (an error wrapping ErrInvalid,
 // ErrTopicExists, ...: the same on every member). A command invalid on its own is refused
-// before it is proposed. While no leader is known (an election) Propose waits for one,
-// proposing again each tick: nothing was sent. Once the command went to raft, a ctx that ends
-// or a Close gives ErrOutcomeUnknown: a forwarded command lost on its way to the leader, or
-// replaced by a new leader, is never applied, and the caller retries (see ErrOutcomeUnknown).
+// before it is proposed.
+//
+// A forwarded proposal can be lost without a word (the leader it went to stopped, or lost its
+// leadership before the entry committed, or the link dropped it), so while it waits Propose
+// proposes the command again, with the same request id, when this member sees a new leader or
+// term, and every 2 election timeouts: apply recognises the id and applies the command once
+// (within the last 1024 commands: see the package doc). While no leader is known it waits for
+// one. When ctx ends or the store closes first, the error wraps ErrOutcomeUnknown: the command
+// may still be applied, or never be.
+//
 // Safe from any goroutine; it blocks (on the network and the leader's fsync).
 func (s *Store) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := cmd.check(); err != nil {
@@ -221,9 +227,14 @@ func (s *Store) Propose(ctx context.Context, cmd Command) (Result, error) {
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
-	data, err := encodeEntry(id, cmd)
-	if err != nil {
-		return Result{}, err
+	// Each attempt gets its own bytes: raftlog writes the index and term into the entry's
+	// data in place, and an earlier attempt's entry may still be in raft's hands.
+	attempt := func() error {
+		data, err := encodeEntry(id, cmd)
+		if err != nil {
+			return err
+		}
+		return s.handOver(ctx, data)
 	}
 	ch := make(chan outcome, 1)
 	s.mu.Lock()
@@ -246,17 +257,40 @@ func (s *Store) Propose(ctx context.Context, cmd Command) (Result, error) {
 		delete(s.waiters, id)
 		s.mu.Unlock()
 	}()
-	if err := s.handOver(ctx, data); err != nil {
+	if err := attempt(); err != nil {
 		return Result{}, err
 	}
-	select {
-	case o := <-ch:
-		return o.res, o.err
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
-	case <-s.done:
-		return Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrClosed)
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	seen, ticks := s.rep.Status(), 0
+	retryTicks := 2 * s.electionTicks()
+	for {
+		select {
+		case o := <-ch:
+			return o.res, o.err
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		case <-s.done:
+			return Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ErrClosed)
+		case <-tick.C:
+		}
+		ticks++
+		st := s.rep.Status()
+		if ticks < retryTicks && (st.Leader == 0 || st.Leader == seen.Leader && st.Term == seen.Term) {
+			continue
+		}
+		seen, ticks = st, 0
+		if err := attempt(); err != nil {
+			return Result{}, fmt.Errorf("%w: proposed, then %w", ErrOutcomeUnknown, err)
+		}
 	}
+}
+
+func (s *Store) electionTicks() int {
+	if s.cfg.ElectionTicks > 0 {
+		return s.cfg.ElectionTicks
+	}
+	return 10 // replica's default
 }
 
 // handOver gives data to raft, again each tick while raft drops it unsent (no leader known,
