@@ -24,6 +24,14 @@ const (
 // errSnapshotData wraps every refusal of snapshot data.
 var errSnapshotData = errors.New("raftlog: snapshot data")
 
+// AppendSnapshotData appends snapshot data (version 1) naming firstOffset. It is for an owner
+// whose snapshots carry a state of their own beside the log (the cluster's metadata,
+// cluster/meta): it sends its own data to peers, and gives ApplySnapshot data of this format,
+// with the offset its own log goes on at.
+func AppendSnapshotData(dst []byte, firstOffset int64) []byte {
+	return appendSnapshotData(dst, firstOffset)
+}
+
 func appendSnapshotData(dst []byte, firstOffset int64) []byte {
 	dst = append(dst, snapMagic...)
 	dst = append(dst, snapVersion, 0, 0, 0)

@@ -8,7 +8,7 @@ import (
 )
 
 func TestSnapshotData(t *testing.T) {
-	good := appendSnapshotData(nil, 1<<40+5)
+	good := AppendSnapshotData(nil, 1<<40+5)
 	if off, err := decodeSnapshotData(good); err != nil || off != 1<<40+5 {
 		t.Fatalf("round trip: %d %v", off, err)
 	}

@@ -23,5 +23,9 @@
 // Raft is configured with pre-vote and check-quorum (a partitioned node cannot disrupt the
 // group when it returns, and a leader that cannot reach a quorum steps down within an
 // election timeout, so it cannot acknowledge), and without proposal forwarding: a follower
-// answers ErrNotLeader with the leader it knows, and the client goes there.
+// answers ErrNotLeader with the leader it knows, and the client goes there. A group whose
+// every member may propose (the cluster's metadata, package cluster/meta) sets
+// Config.ForwardProposals: raft forwards a follower's proposals to the leader, and the
+// proposer recognises its entries when it applies them (raft gives a forwarded proposal no
+// index).
 package replica

@@ -74,6 +74,10 @@ func (r *Replica) drainProposals() {
 }
 
 func (r *Replica) propose(p *Proposal) {
+	if r.cfg.ForwardProposals {
+		r.forward(p)
+		return
+	}
 	if r.term == 0 {
 		p.finish(&NotLeaderError{Leader: r.rn.BasicStatus().Lead})
 		return
@@ -87,6 +91,25 @@ func (r *Replica) propose(p *Proposal) {
 			p.finish(&NotLeaderError{Leader: st.Lead})
 		} else {
 			p.finish(ErrBusy)
+		}
+	default:
+		p.finish(fmt.Errorf("propose: %w", err))
+	}
+}
+
+// forward hands p to raft, which appends it (leader) or sends it to the leader (follower),
+// and ends p there: with forwarding, raft gives no index for a proposal (see
+// Config.ForwardProposals).
+func (r *Replica) forward(p *Proposal) {
+	switch err := r.rn.Propose(p.Data); err {
+	case nil:
+		p.finish(nil)
+	case raft.ErrProposalDropped:
+		// No leader known (an election), a leader transfer, or the uncommitted bytes over the cap.
+		if st := r.rn.BasicStatus(); st.RaftState == raft.StateLeader {
+			p.finish(ErrBusy)
+		} else {
+			p.finish(&NotLeaderError{Leader: st.Lead})
 		}
 	default:
 		p.finish(fmt.Errorf("propose: %w", err))
@@ -170,7 +193,8 @@ func (r *Replica) saveConfState(cs *raftpb.ConfState, index uint64) error {
 
 // assign gives the leader's waiting proposals the indexes of its new entries. Only the
 // leader's own proposals are normal entries with data in its own term (the empty entry of
-// its election has none; forwarding is off), in the order it proposed them.
+// its election has none; forwarding is off, or else nothing waits here), in the order it
+// proposed them.
 func (r *Replica) assign(entries []raftpb.Entry) {
 	for _, e := range entries {
 		if r.term == 0 || e.Term != r.term || e.Type != raftpb.EntryNormal || len(e.Data) == 0 || len(r.unassigned) == 0 {

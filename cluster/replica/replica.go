@@ -60,6 +60,14 @@ type Config struct {
 	// Propose fails with ErrBusy. Default 64 MiB.
 	MaxUncommittedBytes uint64
 	Logger              raft.Logger // default: discard
+	// ForwardProposals lets a follower take proposals: raft forwards them to the leader (the
+	// metadata group, where any broker may propose). Without it (partitions), a follower's
+	// Propose fails with *NotLeaderError. With it, no proposal is matched to its index: a
+	// Proposal is done as soon as raft took it (appended on the leader, or sent toward it),
+	// with Err nil and Index and Term zero, which says nothing about whether it will be
+	// stored; the caller recognises its entries when they are applied. It still fails with
+	// *NotLeaderError when no leader is known (raft drops the proposal, nothing is sent).
+	ForwardProposals bool
 }
 
 var (
@@ -171,7 +179,7 @@ func Start(cfg Config) (*Replica, error) {
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
 		CheckQuorum:               true,
 		PreVote:                   true,
-		DisableProposalForwarding: true,
+		DisableProposalForwarding: !cfg.ForwardProposals,
 		Logger:                    cfg.Logger,
 	}
 	rn, err := raft.NewRawNode(rc)
@@ -225,15 +233,16 @@ func (r *Replica) ReportUnreachable(node uint64) {
 }
 
 // Propose asks the group to store data (which the replica keeps until Done). It fails at once
-// with *NotLeaderError when this replica knows it does not lead, ErrBusy when too much is
-// waiting, ErrStopped after Stop; otherwise the outcome comes through the proposal.
+// with *NotLeaderError when this replica knows it does not lead (with Config.ForwardProposals:
+// when it knows no leader), ErrBusy when too much is waiting, ErrStopped after Stop; otherwise
+// the outcome comes through the proposal (see Config.ForwardProposals for what it means then).
 func (r *Replica) Propose(data []byte) (*Proposal, error) {
 	r.statusMu.Lock()
 	defer r.statusMu.Unlock() // held over the send, so the loop's exit cannot miss p
 	switch {
 	case r.closed:
 		return nil, ErrStopped
-	case !r.status.IsLeader:
+	case !r.status.IsLeader && (!r.cfg.ForwardProposals || r.status.Leader == 0):
 		return nil, &NotLeaderError{Leader: r.status.Leader}
 	}
 	p := &Proposal{Data: data, done: make(chan struct{})}

@@ -139,6 +139,12 @@ const testTick = 20 * time.Millisecond
 
 func newCluster(t *testing.T, kind storageKind, seed uint64, ids ...uint64) *testCluster {
 	t.Helper()
+	return newClusterWith(t, kind, seed, func(*Config) {}, ids...)
+}
+
+// newClusterWith is newCluster with each member's Config changed by config before it starts.
+func newClusterWith(t *testing.T, kind storageKind, seed uint64, config func(*Config), ids ...uint64) *testCluster {
+	t.Helper()
 	c := &testCluster{t: t, kind: kind, faults: transport.NewFaults(seed), members: map[uint64]*member{}}
 	t.Cleanup(c.faults.Stop)
 	for _, id := range ids {
@@ -158,7 +164,9 @@ func newCluster(t *testing.T, kind storageKind, seed uint64, ids ...uint64) *tes
 		}
 	}
 	for _, m := range c.members {
-		rep, err := Start(Config{ID: m.id, Group: 1, Peers: ids, Storage: m.storage, Sender: m.tr, Apply: m.apply, Tick: testTick})
+		cfg := Config{ID: m.id, Group: 1, Peers: ids, Storage: m.storage, Sender: m.tr, Apply: m.apply, Tick: testTick}
+		config(&cfg)
+		rep, err := Start(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

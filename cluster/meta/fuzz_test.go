@@ -1,0 +1,71 @@
+package meta
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzCommand: any bytes either fail to decode with ErrMalformed, or decode to a command that
+// encodes back to the same bytes (one encoding per value), and that applies to a populated
+// state, accepted or refused, leaving a state whose snapshot decodes: no command breaks the
+// state's invariants.
+func FuzzCommand(f *testing.F) {
+	for i, cmd := range sampleCommands() {
+		f.Add(AppendCommand(nil, [16]byte{byte(i)}, cmd))
+	}
+	base := sampleState(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, cmd, err := DecodeCommand(b)
+		if err != nil {
+			return
+		}
+		if again := AppendCommand(nil, id, cmd); !bytes.Equal(again, b) {
+			t.Fatalf("decode then encode changed the bytes:\n%x\n%x", b, again)
+		}
+		next, _, _ := Apply(base, base.index+1, id, cmd)
+		if _, err := decodeState(appendState(nil, next)); err != nil {
+			t.Fatalf("after %T %+v the state does not decode: %v", cmd, cmd, err)
+		}
+		if !base.Equal(sampleState(t)) {
+			t.Fatal("applying changed the state it started from")
+		}
+	})
+}
+
+// FuzzSnapshot: a state snapshot either fails to decode, or decodes to a state that encodes
+// back to the same bytes.
+func FuzzSnapshot(f *testing.F) {
+	f.Add(appendState(nil, emptyState()))
+	f.Add(appendState(nil, sampleState(f)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := decodeState(b)
+		if err != nil {
+			return
+		}
+		if again := appendState(nil, st); !bytes.Equal(again, b) {
+			t.Fatalf("decode then encode changed the bytes:\n%x\n%x", b, again)
+		}
+	})
+}
+
+// FuzzSnapshotFile: the snapshot file's decoder, likewise.
+func FuzzSnapshotFile(f *testing.F) {
+	good, err := appendSnapFile(nil, sampleSnap(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		snap, _, err := decodeSnapFile(b)
+		if err != nil {
+			return
+		}
+		again, err := appendSnapFile(nil, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := decodeSnapFile(again); err != nil {
+			t.Fatalf("re-encoded file does not decode: %v", err)
+		}
+	})
+}

@@ -1,0 +1,220 @@
+package meta
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/wire"
+)
+
+// sampleState is a state with something in every part: brokers of both states, topics with
+// options and users, users with grants and the admin role, a coordinator, request ids.
+func sampleState(t testing.TB) *State {
+	st := emptyState()
+	i := uint64(0)
+	for _, cmd := range []Command{
+		&AddBroker{ID: 1, ClientAddr: "b1:7070", TLSAddr: "b1:7443", ClusterAddr: "b1:7071"},
+		&AddBroker{ID: 2, ClientAddr: "b2:7070", ClusterAddr: "b2:7071"},
+		&AddBroker{ID: 3, ClientAddr: "b3:7070", ClusterAddr: "b3:7071"},
+		&CreateTopic{Name: "orders", Kind: wire.KindDurable, User: "shop", UserHash: []byte("$argon2id$v=19$m=65536,t=1,p=4$c2FsdA$aGFzaA"), CreatedAt: 1_700_000_000_123,
+			Options: []wire.Option{{Key: "retention.bytes", Value: "1073741824"}}, Placement: [][]uint64{{1, 2, 3}, {2, 3, 1}}},
+		&CreateTopic{Name: "events", Kind: wire.KindTransient, CreatedAt: 5, Placement: [][]uint64{{3}}},
+		&CreateUser{Name: "ops", Hash: []byte("h")},
+		&Grant{User: "ops", Roles: wire.RolesAdmin},
+		&Grant{User: "ops", Topic: "events", Roles: wire.RolesConsume},
+		&SetCoordinator{Group: "billing", Node: 2},
+		&DrainBroker{ID: 3},
+	} {
+		i++
+		next, _, err := Apply(st, i, [16]byte{byte(i)}, cmd)
+		if err != nil {
+			t.Fatalf("%T: %v", cmd, err)
+		}
+		st = next
+	}
+	return st
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	for _, st := range []*State{emptyState(), sampleState(t)} {
+		b := appendState(nil, st)
+		got, err := decodeState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equal(st) || !bytes.Equal(appendState(nil, got), b) {
+			t.Fatal("the decoded state differs")
+		}
+		if got.Index() != st.Index() || got.UserCount() != st.UserCount() || got.TopicCount() != st.TopicCount() {
+			t.Fatalf("decoded index %d, %d users, %d topics", got.Index(), got.UserCount(), got.TopicCount())
+		}
+	}
+}
+
+// reseal recomputes the CRC of a state snapshot after a test changed its bytes.
+func reseal(b []byte) []byte {
+	binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[stateHeader:], castagnoli))
+	return b
+}
+
+func TestDecodeStateErrors(t *testing.T) {
+	good := appendState(nil, sampleState(t))
+	with := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	// encoded builds a state that apply would never make, to see the decoder refuse it.
+	encoded := func(f func(s *State)) []byte {
+		s := sampleState(t)
+		s.brokers, s.topics, s.users, s.coordinators = clone(s.brokers), clone(s.topics), clone(s.users), clone(s.coordinators)
+		f(s)
+		return appendState(nil, s)
+	}
+	// Brokers 2 and 3 have addresses of the same length: swapping their records breaks the order.
+	swapped := with(func(b []byte) []byte {
+		i2 := bytes.Index(b, []byte("\x00\x07b2:7070"))
+		i3 := bytes.Index(b, []byte("\x00\x07b3:7070"))
+		rec := 8 + 1 + 9 + 2 + 9 // id, state, client, tls (empty), cluster
+		r2 := bytes.Clone(b[i2-9 : i2-9+rec])
+		copy(b[i2-9:], b[i3-9:i3-9+rec])
+		copy(b[i3-9:], r2)
+		return reseal(b)
+	})
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"empty", nil, "0 bytes, shorter than its header"},
+		{"magic", with(func(b []byte) []byte { b[0] = 'X'; return b }), "magic"},
+		{"version 2", with(func(b []byte) []byte { b[4] = 2; return b }), "version 2, this broker reads 1"},
+		{"reserved", with(func(b []byte) []byte { b[6] = 1; return b }), "reserved bytes"},
+		{"flipped bit", with(func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }), "crc32c"},
+		{"truncated", reseal(bytes.Clone(good[:len(good)-3])), "cannot fit"},
+		{"cut in a topic", reseal(bytes.Clone(good[:bytes.Index(good, []byte("orders"))+3])), "needs"},
+		{"trailing byte", reseal(append(bytes.Clone(good), 0)), "trailing"},
+		{"brokers out of order", swapped, "not in order"},
+		{"forged broker count", reseal(binary.BigEndian.AppendUint32(bytes.Clone(good[:28]), 1<<30)), "1073741824 brokers cannot fit"},
+		{"broker state", encoded(func(s *State) { b := *s.brokers[2]; b.State = 7; s.brokers[2] = &b }), "broker 2: state 7"},
+		{"replica no broker", encoded(func(s *State) { delete(s.brokers, 3) }), "replica 3 is no broker"},
+		{"group past next", encoded(func(s *State) { s.nextGroup = 3 }), "outside [2, 3)"},
+		{"group twice", encoded(func(s *State) {
+			t := *s.topics["events"]
+			t.Partitions = []Partition{{Group: 2, Replicas: []uint64{1}}}
+			s.topics["events"] = &t
+		}), "group 2 is another partition's"},
+		{"grant on no topic", encoded(func(s *State) { delete(s.topics, "events") }), `grant on topic "events", which does not exist`},
+		{"topic user missing", encoded(func(s *State) { delete(s.users, "shop") }), `its user "shop" does not exist`},
+		{"coordinator no broker", encoded(func(s *State) { s.coordinators["x"] = 9 }), "coordinator 9 is no broker"},
+		{"bad topic name", encoded(func(s *State) {
+			t := *s.topics["events"]
+			t.Name = "a/b"
+			s.topics["a/b"] = &t
+			delete(s.topics, "events")
+			delete(s.users, "ops")
+		}), "a/b"},
+		{"empty hash", encoded(func(s *State) { u := *s.users["ops"]; u.Hash = nil; s.users["ops"] = &u }), "password hash of 1-1024 bytes"},
+		{"too many request ids", encoded(func(s *State) { s.recent = make([][16]byte, dedupWindow+1) }), "1025 request ids, limit 1024"},
+	} {
+		if _, err := decodeState(tc.b); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrMalformed with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func clone[K comparable, V any](m map[K]V) map[K]V {
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func sampleSnap(t testing.TB) raftpb.Snapshot {
+	st := sampleState(t)
+	return raftpb.Snapshot{Data: appendState(nil, st), Metadata: raftpb.SnapshotMetadata{Index: st.index, Term: 3,
+		ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}}}
+}
+
+func TestSnapFileRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, ok, err := readSnapFile(dir); ok || err != nil {
+		t.Fatalf("no file: %v %v", ok, err)
+	}
+	snap := sampleSnap(t)
+	if err := os.WriteFile(filepath.Join(dir, snapTempPrefix+"123"), []byte("left by a crash"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSnapFile(dir, snap); err != nil {
+		t.Fatal(err)
+	}
+	got, st, ok, err := readSnapFile(dir)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if got.Metadata.Index != snap.Metadata.Index || got.Metadata.Term != 3 || !bytes.Equal(got.Data, snap.Data) ||
+		len(got.Metadata.ConfState.Voters) != 3 || got.Metadata.ConfState.Learners[0] != 4 || !st.Equal(sampleState(t)) {
+		t.Fatalf("read back %+v", got.Metadata)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("files left: %v", ents)
+	}
+}
+
+func TestDecodeSnapFileErrors(t *testing.T) {
+	good, err := appendSnapFile(nil, sampleSnap(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resealFile := func(b []byte) []byte {
+		binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[12:], castagnoli))
+		return b
+	}
+	with := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	otherIndex := sampleSnap(t)
+	otherIndex.Metadata.Index++
+	mismatch, _ := appendSnapFile(nil, otherIndex)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"empty", nil, "shorter than its header"},
+		{"magic", with(func(b []byte) []byte { b[1] = 'X'; return b }), "magic"},
+		{"version", with(func(b []byte) []byte { b[4] = 9; return b }), "version 9"},
+		{"reserved", with(func(b []byte) []byte { b[5] = 1; return b }), "reserved"},
+		{"crc", with(func(b []byte) []byte { b[20] ^= 1; return b }), "crc32c"},
+		{"truncated", resealFile(bytes.Clone(good[:len(good)-1])), "needs"},
+		{"trailing", resealFile(append(bytes.Clone(good), 1)), "trailing"},
+		{"membership", with(func(b []byte) []byte { b[32] = 0xff; return resealFile(b) }), "membership"},
+		{"index mismatch", mismatch, "a state as of index 10 in a snapshot at index 11"},
+	} {
+		if _, _, err := decodeSnapFile(tc.b); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrMalformed with %q", tc.name, err, tc.want)
+		}
+	}
+	// A damaged file on disk is ErrCorrupt, naming the file.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, SnapshotFileName), good[:40], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := readSnapFile(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), SnapshotFileName) {
+		t.Fatalf("damaged file: %v", err)
+	}
+}
+
+// TestCreatedAtRoundTrip: CreatedAt keeps what the command carried, in UTC.
+func TestCreatedAtRoundTrip(t *testing.T) {
+	st := sampleState(t)
+	o, _ := st.Topic("orders")
+	if !o.CreatedAt.Equal(time.UnixMilli(1_700_000_000_123)) || o.CreatedAt.Location() != time.UTC {
+		t.Fatalf("created at %v", o.CreatedAt)
+	}
+}
