@@ -17,6 +17,13 @@
 // them; the caller bounds the wait and treats a timeout as "outcome unknown" (the idempotent
 // producer's retry then resolves it without a duplicate).
 //
+// ProposeNotify is the allocation-light form for an owner with many proposals in flight (the
+// partition): the caller's Proposal, a callback on the replica's goroutine instead of a Done
+// channel, and the leader term it is proposed for, so that what the owner decided in one
+// term is never proposed in the next. Status.TermStart and Config.Advanced let the owner see
+// when a new leader has applied everything of earlier terms. A snapshot that replaces the log
+// ends the proposals it covers with ErrSnapshotCovered (outcome unknown).
+//
 // Reads: only committed entries are applied (Config.Apply), so a consumer fed from what was
 // applied sees the high watermark and never an entry a later leader could replace.
 //

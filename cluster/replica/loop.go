@@ -6,6 +6,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/lightq/lightq/cluster/transport"
 )
@@ -31,6 +32,8 @@ func (r *Replica) run() {
 			r.drainProposals()
 		case node := <-r.unreachable:
 			r.rn.ReportUnreachable(node)
+		case req := <-r.progressReq:
+			req <- r.progress()
 		}
 		if r.rn.HasReady() {
 			if err := r.handleReady(); err != nil {
@@ -78,7 +81,7 @@ func (r *Replica) propose(p *Proposal) {
 		r.forward(p)
 		return
 	}
-	if r.term == 0 {
+	if r.term == 0 || p.wantTerm != 0 && p.wantTerm != r.term {
 		p.finish(&NotLeaderError{Leader: r.rn.BasicStatus().Lead})
 		return
 	}
@@ -122,9 +125,9 @@ func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
 	if rd.SoftState != nil {
 		if rd.SoftState.RaftState == raft.StateLeader {
-			r.term = r.rn.BasicStatus().Term
+			r.term, r.termStart = r.rn.BasicStatus().Term, 0
 		} else {
-			r.term = 0
+			r.term, r.termStart = 0, 0
 			// Proposals not yet in the log will never be: raft dropped them with the leadership.
 			for _, p := range r.unassigned {
 				p.finish(&NotLeaderError{Leader: rd.SoftState.Lead})
@@ -136,6 +139,7 @@ func (r *Replica) handleReady() error {
 		if err := r.cfg.Storage.ApplySnapshot(rd.Snapshot); err != nil {
 			return fmt.Errorf("apply snapshot: %w", err)
 		}
+		r.snapshotCovers(rd.Snapshot.Metadata.Index)
 	}
 	if len(rd.Entries) > 0 {
 		if err := r.cfg.Storage.Append(rd.Entries); err != nil {
@@ -177,8 +181,41 @@ func (r *Replica) handleReady() error {
 		r.settle(e)
 	}
 	r.rn.Advance(rd)
-	r.publishStatus()
+	st := r.publishStatus()
+	if r.cfg.Advanced != nil {
+		r.cfg.Advanced(st)
+	}
 	return nil
+}
+
+// snapshotCovers ends the waiting proposals at or below index, which a snapshot installed:
+// their entries will never be applied here, so their outcome is unknown to this replica.
+func (r *Replica) snapshotCovers(index uint64) {
+	n := 0
+	for _, p := range r.waiting {
+		if p.Index > index {
+			break
+		}
+		p.finish(ErrSnapshotCovered)
+		n++
+	}
+	if n > 0 {
+		clear(r.waiting[:n])
+		r.waiting = r.waiting[n:]
+	}
+}
+
+// progress is Progress on the replica's goroutine.
+func (r *Replica) progress() []Progress {
+	if r.term == 0 {
+		return nil
+	}
+	var out []Progress
+	r.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
+		out = append(out, Progress{ID: id, Match: pr.Match, Next: pr.Next, State: pr.State.String(),
+			Active: pr.RecentActive, Voter: typ == raft.ProgressTypePeer})
+	})
+	return out
 }
 
 // saveConfState records the membership after the change at index, when the storage keeps it.
@@ -197,6 +234,9 @@ func (r *Replica) saveConfState(cs *raftpb.ConfState, index uint64) error {
 // proposed them.
 func (r *Replica) assign(entries []raftpb.Entry) {
 	for _, e := range entries {
+		if r.term != 0 && r.termStart == 0 && e.Term == r.term {
+			r.termStart = e.Index // the empty entry of the election
+		}
 		if r.term == 0 || e.Term != r.term || e.Type != raftpb.EntryNormal || len(e.Data) == 0 || len(r.unassigned) == 0 {
 			continue
 		}
@@ -249,10 +289,15 @@ func (r *Replica) failAll(err error) {
 	}
 }
 
-func (r *Replica) publishStatus() {
-	st := r.rn.BasicStatus()
+func (r *Replica) publishStatus() Status {
+	bs := r.rn.BasicStatus()
 	last, _ := r.cfg.Storage.LastIndex() // an error shows on the next append
+	st := Status{Leader: bs.Lead, Term: bs.Term, Commit: bs.Commit, Applied: bs.Applied, IsLeader: bs.RaftState == raft.StateLeader, LastIndex: last}
+	if st.IsLeader && r.term == bs.Term {
+		st.TermStart = r.termStart
+	}
 	r.statusMu.Lock()
-	r.status = Status{Leader: st.Lead, Term: st.Term, Commit: st.Commit, Applied: st.Applied, IsLeader: st.RaftState == raft.StateLeader, LastIndex: last}
+	r.status = st
 	r.statusMu.Unlock()
+	return st
 }

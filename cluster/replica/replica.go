@@ -68,6 +68,11 @@ type Config struct {
 	// stored; the caller recognises its entries when they are applied. It still fails with
 	// *NotLeaderError when no leader is known (raft drops the proposal, nothing is sent).
 	ForwardProposals bool
+	// Advanced, if set, is called on the replica's goroutine after each Ready was handled
+	// (persisted, sent, applied), with the status the replica publishes then: the owner
+	// follows the applied index (its high watermark) and the leadership there. It must not
+	// block for long: it holds up the group.
+	Advanced func(Status)
 }
 
 var (
@@ -77,6 +82,9 @@ var (
 	ErrReplaced = errors.New("proposal replaced by a later leader; not stored")
 	// ErrBusy: too many proposals waiting; not stored, retry later.
 	ErrBusy = errors.New("replica busy; not stored")
+	// ErrSnapshotCovered: a snapshot from the leader replaced this replica's log before the
+	// proposal's entry was applied here, so the replica cannot tell whether it is stored.
+	ErrSnapshotCovered = errors.New("a snapshot covered the proposal's index; outcome unknown")
 )
 
 // NotLeaderError is a proposal to a replica that is not the leader. Leader is the leader it
@@ -93,19 +101,29 @@ func (e *NotLeaderError) Error() string {
 // Proposal is one entry proposed to the group. Done is closed when the outcome is known;
 // then Index and Term say where it is (Err nil), or Err says why it is not (or may not be)
 // stored.
+//
+// A proposal made with ProposeNotify has no Done channel: its notify function is called
+// instead, once, on the replica's goroutine.
 type Proposal struct {
 	Data  []byte
 	Index uint64
 	Term  uint64
 	Err   error
 	done  chan struct{}
+
+	notify   func(*Proposal)
+	wantTerm uint64 // ProposeNotify: the leader term the proposal is for; 0 any
 }
 
-// Done is closed once the proposal's outcome is known.
+// Done is closed once the proposal's outcome is known (nil for a ProposeNotify proposal).
 func (p *Proposal) Done() <-chan struct{} { return p.done }
 
 func (p *Proposal) finish(err error) {
 	p.Err = err
+	if p.notify != nil {
+		p.notify(p)
+		return
+	}
 	close(p.done)
 }
 
@@ -117,6 +135,20 @@ type Status struct {
 	Applied   uint64
 	IsLeader  bool
 	LastIndex uint64
+	// TermStart is, on the leader, the index of the first entry of its term (the empty
+	// entry raft appends on election): once Applied reaches it, every entry of earlier
+	// terms is applied and every proposal of earlier terms settled. 0 when not leading.
+	TermStart uint64
+}
+
+// Progress is the leader's view of one member's replication (raft's tracker.Progress).
+type Progress struct {
+	ID     uint64
+	Match  uint64 // highest index known to be stored on the member
+	Next   uint64 // next index the leader sends it
+	State  string // "StateProbe", "StateReplicate" or "StateSnapshot"
+	Active bool   // heard from within the last election timeout
+	Voter  bool   // a voter (else a learner)
 }
 
 // Replica is one member of one Raft group. See the package doc.
@@ -127,6 +159,7 @@ type Replica struct {
 	inbox       chan raftpb.Message
 	proposals   chan *Proposal
 	unreachable chan uint64
+	progressReq chan chan []Progress
 	stop        chan struct{}
 	stopped     chan struct{}
 	stopOnce    sync.Once
@@ -137,6 +170,7 @@ type Replica struct {
 
 	// Owned by the loop goroutine.
 	term       uint64      // the term in which this replica leads, 0 when it does not
+	termStart  uint64      // index of the first entry of term, once seen
 	unassigned []*Proposal // proposed in this term, index not yet seen in a Ready
 	waiting    []*Proposal // index known, waiting for that index to commit
 }
@@ -208,6 +242,7 @@ func Start(cfg Config) (*Replica, error) {
 		inbox:       make(chan raftpb.Message, 4096),
 		proposals:   make(chan *Proposal, 1024),
 		unreachable: make(chan uint64, 64),
+		progressReq: make(chan chan []Progress),
 		stop:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
@@ -251,6 +286,50 @@ func (r *Replica) Propose(data []byte) (*Proposal, error) {
 		return p, nil
 	default:
 		return nil, ErrBusy
+	}
+}
+
+// ProposeNotify proposes p.Data like Propose, for the leadership of term (0: whichever term
+// the replica leads in when it takes the proposal): a proposal for a term the replica no
+// longer leads in fails with *NotLeaderError, so that an owner that decided to propose from
+// what it knew in one term never proposes in the next. The caller owns p (it may reuse it
+// once notified); notify is called exactly once with p, on the replica's goroutine, when the
+// outcome is known (p.Index, p.Term and p.Err as for Propose), unless ProposeNotify returns an
+// error (the same immediate errors as Propose), in which case it is never called.
+func (r *Replica) ProposeNotify(p *Proposal, term uint64, notify func(*Proposal)) error {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	switch {
+	case r.closed:
+		return ErrStopped
+	case !r.status.IsLeader || term != 0 && r.status.Term != term:
+		return &NotLeaderError{Leader: r.status.Leader}
+	}
+	p.Index, p.Term, p.Err, p.done = 0, 0, nil, nil
+	p.notify, p.wantTerm = notify, term
+	select {
+	case r.proposals <- p:
+		return nil
+	default:
+		return ErrBusy
+	}
+}
+
+// Progress returns the leader's view of every member's replication, nil when this replica
+// does not lead or has stopped. It waits for the replica's goroutine (one loop turn): call
+// it for status reports, not per request.
+func (r *Replica) Progress() []Progress {
+	req := make(chan []Progress, 1)
+	select {
+	case r.progressReq <- req:
+	case <-r.stopped:
+		return nil
+	}
+	select {
+	case ps := <-req:
+		return ps
+	case <-r.stopped:
+		return nil
 	}
 }
 

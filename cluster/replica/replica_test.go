@@ -490,3 +490,74 @@ func TestStopFailsWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestProposeNotify: a notified proposal for the leader's term is stored and reported once
+// on the replica's goroutine; one for another term is refused at once, as NotLeader.
+func TestProposeNotify(t *testing.T) {
+	forEachStorage(t, func(t *testing.T, kind storageKind) {
+		c := newCluster(t, kind, 7, 1, 2, 3)
+		l := c.leader()
+		st := l.rep.Status()
+		got := make(chan *Proposal, 2)
+		p := &Proposal{Data: kind.propose("notified")}
+		if err := l.rep.ProposeNotify(p, st.Term, func(p *Proposal) { got <- p }); err != nil {
+			t.Fatalf("ProposeNotify: %v", err)
+		}
+		select {
+		case q := <-got:
+			if q != p || q.Err != nil || q.Index == 0 || q.Term != st.Term {
+				t.Fatalf("notified %p (want %p): index %d term %d err %v", q, p, q.Index, q.Term, q.Err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("never notified")
+		}
+		var nl *NotLeaderError
+		if err := l.rep.ProposeNotify(&Proposal{Data: kind.propose("stale")}, st.Term+1, func(*Proposal) { t.Error("notified a refused proposal") }); !errors.As(err, &nl) {
+			t.Fatalf("ProposeNotify for another term: %v, want NotLeader", err)
+		}
+		select {
+		case q := <-got:
+			t.Fatalf("notified twice: %v", q.Err)
+		default:
+		}
+	})
+}
+
+// TestTermStartAndProgress: the leader reports the first index of its term, which it
+// applies, and every member's progress; followers report neither.
+func TestTermStartAndProgress(t *testing.T) {
+	c := newCluster(t, storageKinds[1], 8, 1, 2, 3)
+	c.proposeAll("p", 5)
+	l := c.leader()
+	c.waitUntil("the leader to apply its term's first entry", func() bool {
+		st := l.rep.Status()
+		return st.TermStart > 0 && st.Applied >= st.TermStart
+	})
+	st := l.rep.Status()
+	if got, _ := l.storage.Term(st.TermStart); got != st.Term {
+		t.Fatalf("term start %d has term %d, the leader's is %d", st.TermStart, got, st.Term)
+	}
+	if prev, _ := l.storage.Term(st.TermStart - 1); prev >= st.Term {
+		t.Fatalf("the entry before term start %d has term %d, not an earlier one", st.TermStart, prev)
+	}
+	c.waitUntil("every member to match the leader", func() bool {
+		ps := l.rep.Progress()
+		if len(ps) != 3 {
+			return false
+		}
+		for _, p := range ps {
+			if !p.Voter || p.Match < st.TermStart {
+				return false
+			}
+		}
+		return true
+	})
+	for id, m := range c.members {
+		if id == l.id {
+			continue
+		}
+		if s := m.rep.Status(); s.TermStart != 0 || m.rep.Progress() != nil {
+			t.Fatalf("follower %d reports term start %d and progress %v", id, s.TermStart, m.rep.Progress())
+		}
+	}
+}
