@@ -348,7 +348,11 @@ func (c *conn) runCompletions() {
 	c.durableWaits -= len(acks)
 	for _, a := range acks {
 		if a.err != nil {
-			c.sendStorageError(a.corr, "", a.partition, a.err)
+			if we, ok := a.err.(*wire.Error); ok { // a replicated partition's answer, worded
+				c.sendError(a.corr, we.Code, we.Message)
+			} else {
+				c.sendStorageError(a.corr, "", a.partition, a.err)
+			}
 			continue
 		}
 		c.srv.metrics.acked(ackFsynced, a.start)

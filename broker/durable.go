@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	cpart "github.com/lightq/lightq/cluster/partition"
 	qlog "github.com/lightq/lightq/log"
 	"github.com/lightq/lightq/wire"
 )
@@ -28,11 +29,12 @@ type durableShape struct {
 	mode     fsyncMode
 	interval time.Duration
 	logOpts  qlog.Options
+	replicas int // replication.factor (1: not replicated)
 }
 
 // parseDurableOptions validates the options of a durable topic.
 func parseDurableOptions(opts []wire.Option, maxBatch int) (durableShape, error) {
-	sh := durableShape{mode: fsyncAlways}
+	sh := durableShape{mode: fsyncAlways, replicas: 1}
 	sh.logOpts.SegmentBytes = 64 << 20
 	sh.logOpts.MaxBatch = maxBatch
 	for _, o := range opts {
@@ -77,12 +79,10 @@ func parseDurableOptions(opts []wire.Option, maxBatch int) (durableShape, error)
 			}
 		case wire.OptionReplicationFactor:
 			v, err := strconv.Atoi(o.Value)
-			switch {
-			case err != nil || v < 1 || v > wire.MaxReplicas:
+			if err != nil || v < 1 || v > wire.MaxReplicas {
 				return sh, answer(wire.CodeInvalidRequest, "%s: %q is out of range: want an integer from 1 to the number of brokers in the cluster", o.Key, o.Value)
-			case v > 1:
-				return sh, answer(wire.CodeInvalidRequest, "%s=%d needs a cluster of at least %d brokers; this broker has no cluster settings (a cluster of one)", o.Key, v, v)
 			}
+			sh.replicas = v
 		default:
 			return sh, answer(wire.CodeInvalidRequest, "unknown option %q for a durable topic (fsync, segment.bytes, segment.ms, retention.bytes, retention.ms, replication.factor)", o.Key)
 		}
@@ -101,6 +101,9 @@ type durablePart struct {
 	shape durableShape
 	part  *partition
 	err   error // set at open: the partition could not be recovered and serves nothing
+	// repl is the replica of a replicated partition, whose log is log: it has no syncer
+	// (the replica fsyncs per its policy) and consumers read below its high watermark.
+	repl *cpart.Partition
 
 	kick chan struct{} // wakes the syncer; capacity 1
 	stop chan struct{}
@@ -148,6 +151,9 @@ func openDurable(dir string, shape durableShape, part *partition, producers qlog
 
 // visibleLimit is the offset a consumer may read up to.
 func (d *durablePart) visibleLimit(iso wire.Isolation) int64 {
+	if d.repl != nil {
+		return d.repl.HighWatermark()
+	}
 	if d.shape.mode == fsyncAlways && iso == wire.IsolationDurable {
 		return d.log.DurableOffset()
 	}
@@ -262,6 +268,9 @@ func (d *durablePart) complete(durable int64, err error) {
 
 // close stops the syncer after a last fsync and closes the log.
 func (d *durablePart) close() error {
+	if d.repl != nil {
+		return d.repl.Close()
+	}
 	if d.log == nil {
 		return nil
 	}

@@ -56,6 +56,9 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 		return
 	}
 	p := t.parts[m.Partition]
+	if !c.readableHere(corr, t, p) {
+		return
+	}
 	if p.dlog.err != nil {
 		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog.err)
 		return

@@ -145,7 +145,10 @@ func (c *conn) handleMetadata(corr uint32, body []byte) {
 			resp.Topics = append(resp.Topics, t.metadata())
 		}
 	}
-	if m.Cluster {
+	switch {
+	case m.Cluster && c.srv.cluster != nil:
+		c.srv.describeClusterLayout(&resp)
+	case m.Cluster:
 		c.srv.describeCluster(&resp)
 	}
 	c.respond(wire.OpMetadata, corr, resp.AppendTo)

@@ -189,6 +189,12 @@ func (c *conn) durablePartition(corr uint32, op wire.Op, topicName string, parti
 		return nil, nil
 	}
 	p := t.parts[partition]
+	if p.dlog == nil || op == wire.OpListOffsets && !c.readableHere(corr, t, p) {
+		if p.dlog == nil {
+			c.notLeader(corr, t, p, p.repl.leader()) // a replicated partition held elsewhere
+		}
+		return nil, nil
+	}
 	if p.dlog.err != nil {
 		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog.err)
 		return nil, nil

@@ -60,6 +60,10 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 	if bt.HasProducer() && !c.idempotentOK(corr, t, m.Acks, &bt.BatchHeader) {
 		return
 	}
+	if p.repl != nil {
+		c.produceReplicated(corr, t, p, &m, &bt) // the replica stamps term and index
+		return
+	}
 	stampUnreplicated(m.Batch)
 	switch {
 	case p.dlog != nil:

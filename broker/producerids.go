@@ -26,6 +26,10 @@ import (
 type producerIDs struct {
 	path  string
 	block int64
+	// node, in a cluster, is this broker's node id: its ids are node<<nodeIDShift plus the
+	// counter, so no two brokers hand out the same id, and an id another broker handed out
+	// is taken as handed out (a replicated partition's producer state decides about it).
+	node int64
 
 	fileMu sync.Mutex
 	mu     sync.Mutex
@@ -124,8 +128,14 @@ func (a *producerIDs) take() (int64, bool) {
 	id := a.next
 	a.next++
 	a.issued.Store(a.next)
-	return id, true
+	return a.node<<nodeIDShift | id, true
 }
+
+// nodeIDShift puts a cluster broker's node id above 2^40 ids of its own.
+const nodeIDShift = 40
+
+// inCluster makes a's ids those of node in a cluster (see producerIDs.node). Before use.
+func (a *producerIDs) inCluster(node uint32) { a.node = int64(node) }
 
 // reserve reserves the next block (one fsync) if the current one is used up, then hands out
 // an id. It blocks on the disk: run it on a worker. Safe for concurrent use.
@@ -154,4 +164,12 @@ func (a *producerIDs) reserve() (int64, error) {
 
 // handedOut reports whether id may have been handed out (it is below the next id to be
 // given). Lock-free: the produce path asks it for every batch with a producer id.
-func (a *producerIDs) handedOut(id int64) bool { return id < a.issued.Load() }
+func (a *producerIDs) handedOut(id int64) bool {
+	switch {
+	case a.node == 0:
+		return id < a.issued.Load()
+	case id>>nodeIDShift != a.node:
+		return id >= 0 // another broker's (see producerIDs.node)
+	}
+	return id&(1<<nodeIDShift-1) < a.issued.Load()
+}

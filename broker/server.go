@@ -57,6 +57,7 @@ type Server struct {
 	metrics  *brokerMetrics     // nil unless Config.HTTPAddr is set (metrics.go)
 	ops      *opshttp.Server    // the operations listener, or nil (metrics_http.go)
 
+	cluster        *clusterNode          // nil without cluster settings (cluster.go)
 	pids           *producerIDs          // INIT_PRODUCER's ids (producerids.go)
 	producerBudget *producerstate.Budget // caps producer states in all partitions (Config.MaxProducers)
 
@@ -113,11 +114,6 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
-	}
-	if cfg.Cluster.Enabled() {
-		// The replication engine (cluster/) is not wired into the broker yet: refuse rather
-		// than run as a single broker that ignores its cluster settings.
-		return nil, fmt.Errorf("broker config: cluster settings (peers %s) are not supported by this build yet", cfg.Cluster.describePeers())
 	}
 	ops, reg, err := listenOps(&cfg)
 	if err != nil {
@@ -263,11 +259,16 @@ func (s *Server) Start() error {
 	if err == nil {
 		err = s.startTLS()
 	}
+	if err == nil {
+		s.addr.Store(&addr)
+		if s.cfg.Cluster.Enabled() {
+			err = s.startCluster()
+		}
+	}
 	if err != nil {
 		_ = s.Shutdown(context.Background())
 		return err
 	}
-	s.addr.Store(&addr)
 	s.setReady() // before the log line, which tests and scripts wait for
 	ev := s.log.Info().Str("addr", addr).Str("data_dir", s.cfg.DataDir).Str("version", Version)
 	if a := s.TLSAddr(); a != "" {
@@ -351,6 +352,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			<-s.done
 		}
 		s.shutdownTLS()
+		if s.cluster != nil {
+			s.cluster.close() // no more reconciling: the topic table stays as it is
+		}
 		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
@@ -364,6 +368,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 					err = e
 				}
 			}
+		}
+		if s.cluster != nil {
+			s.cluster.closeTransport() // after the replicas closed with their topics
 		}
 		s.closeOps()
 		s.log.Info().Msg("stopped")

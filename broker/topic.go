@@ -21,6 +21,9 @@ type topic struct {
 	rr      atomic.Uint32 // round-robin partition chooser
 	deleted atomic.Bool
 	stats   topicStats
+	// cluster is set for a topic of the cluster's metadata (clustertopics.go), nil for the
+	// broker's own. Immutable.
+	cluster *clusterTopic
 
 	mu sync.Mutex
 }
@@ -30,7 +33,8 @@ type topic struct {
 type partition struct {
 	id   uint32
 	ring *ring.Ring   // transient topics
-	dlog *durablePart // durable topics
+	dlog *durablePart // durable topics (of a replicated topic: only when a replica is here)
+	repl *replPart    // a replicated topic's partition (replicated.go); nil otherwise
 	// logf reports the log's and the syncer's warnings, tagged with topic and partition.
 	// Set once by openDurable before the topic is published, then only read (by the
 	// partition's syncer); nil for a transient partition.

@@ -66,6 +66,9 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	if err != nil {
 		return err
 	}
+	if s.cluster != nil && mt.Kind == wire.KindDurable {
+		return s.createClusterTopic(m, mt, shape)
+	}
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	if _, exists := (*s.topics.Load())[m.Name]; exists {
@@ -115,7 +118,7 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	t := s.newTopic(mt, shape)
 	s.ringMemory += shape.memory(mt)
 	s.publishTopics(func(topics map[string]*topic) { topics[m.Name] = t })
-	s.publishAccounts(s.meta.State())
+	s.publishAccounts(s.accountState())
 	return nil
 }
 
@@ -170,6 +173,9 @@ func (s *Server) parseTopicOptions(mt meta.Topic) (topicShape, error) {
 	if mt.Kind == wire.KindDurable {
 		d, err := parseDurableOptions(mt.Options, s.cfg.Limits.MaxBatch)
 		sh.durable = d
+		if err == nil && d.replicas > 1 && s.cluster == nil {
+			err = answer(wire.CodeInvalidRequest, "%s=%d needs a cluster of at least %d brokers; this broker has no cluster settings (a cluster of one)", wire.OptionReplicationFactor, d.replicas, d.replicas)
+		}
 		return sh, err
 	}
 	for _, o := range mt.Options {
@@ -239,6 +245,9 @@ func (c *conn) handleDeleteTopic(corr uint32, body []byte) {
 
 // deleteTopic removes a topic and every grant on it; its users stay. Runs on a worker.
 func (s *Server) deleteTopic(name string) error {
+	if t := (*s.topics.Load())[name]; t != nil && t.cluster != nil {
+		return s.deleteClusterTopic(name)
+	}
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	t := (*s.topics.Load())[name]
@@ -254,7 +263,7 @@ func (s *Server) deleteTopic(name string) error {
 	t.deleted.Store(true)
 	s.ringMemory -= t.ringMemory()
 	s.publishTopics(func(topics map[string]*topic) { delete(topics, name) })
-	s.publishAccounts(s.meta.State())
+	s.publishAccounts(s.accountState())
 	for _, p := range t.parts {
 		p.wakeAll() // subscribers and waiting fetches learn the topic is gone
 	}

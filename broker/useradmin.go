@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	cmeta "github.com/lightq/lightq/cluster/meta"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -120,6 +122,9 @@ func (s *Server) createUser(name, password string) error {
 	if err != nil {
 		return err
 	}
+	if s.lookupUser(name) == nil && s.cluster != nil {
+		return s.cluster.change(&cmeta.CreateUser{Name: name, Hash: []byte(hash)})
+	}
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	if s.lookupUser(name) != nil {
@@ -134,7 +139,7 @@ func (s *Server) createUser(name, password string) error {
 	}); err != nil {
 		return err
 	}
-	s.publishAccounts(s.meta.State())
+	s.publishAccounts(s.accountState())
 	return nil
 }
 
@@ -150,6 +155,12 @@ func (s *Server) configuredAdmin(name, what string) error {
 // deleteUser removes a user and its grants, and de-authorises its connections. Runs on a worker.
 func (s *Server) deleteUser(name string) error {
 	if err := s.configuredAdmin(name, "it cannot be deleted"); err != nil {
+		return err
+	}
+	if err := s.inClusterUsers(name, &cmeta.DeleteUser{Name: name}); err != errLocalUser {
+		if err == nil {
+			s.recheckUser(name)
+		}
 		return err
 	}
 	if err := s.deleteUserLocked(name); err != nil {
@@ -176,7 +187,7 @@ func (s *Server) deleteUserLocked(name string) error {
 			t.user.Store(new(string))
 		}
 	}
-	s.publishAccounts(s.meta.State())
+	s.publishAccounts(s.accountState())
 	s.verifier.Forget(name)
 	return nil
 }
@@ -194,6 +205,9 @@ func (s *Server) setPassword(name, password string) error {
 	if err != nil {
 		return err
 	}
+	if err := s.inClusterUsers(name, &cmeta.SetPassword{Name: name, Hash: []byte(hash)}); err != errLocalUser {
+		return err
+	}
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	if s.lookupUser(name) == nil {
@@ -207,7 +221,7 @@ func (s *Server) setPassword(name, password string) error {
 	}); err != nil {
 		return err
 	}
-	s.publishAccounts(s.meta.State())
+	s.publishAccounts(s.accountState())
 	s.verifier.Forget(name)
 	return nil
 }
@@ -237,7 +251,16 @@ func (s *Server) changeRoles(grant bool, m wire.Grant) error {
 			return err
 		}
 	}
-	if err := s.changeRolesLocked(grant, m); err != nil {
+	var cmd cmeta.Command = &cmeta.Grant{User: m.User, Topic: m.Topic, Roles: m.Roles}
+	if !grant {
+		cmd = &cmeta.Revoke{User: m.User, Topic: m.Topic, Roles: m.Roles}
+	}
+	if err := s.inClusterUsers(m.User, cmd); err == errLocalUser {
+		err = s.changeRolesLocked(grant, m)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	if !grant {
@@ -278,7 +301,7 @@ func (s *Server) changeRolesLocked(grant bool, m wire.Grant) error {
 	}); err != nil {
 		return err
 	}
-	s.publishAccounts(s.meta.State())
+	s.publishAccounts(s.accountState())
 	return nil
 }
 
@@ -378,3 +401,24 @@ list:
 	}
 	c.respond(wire.OpListUsers, corr, resp.AppendTo)
 }
+
+// errLocalUser: the user is the broker's own, not the cluster's: change it here.
+var errLocalUser = errors.New("a user of this broker alone")
+
+// inClusterUsers makes a change of user name through the cluster's metadata when name is a
+// cluster user (errLocalUser when it is not, or there is no cluster): in a cluster, every
+// user but the configured admin is the cluster's, created there by CREATE_USER or
+// CREATE_TOPIC.
+func (s *Server) inClusterUsers(name string, cmd cmeta.Command) error {
+	if s.cluster == nil {
+		return errLocalUser
+	}
+	if _, ok := s.cluster.meta.State().User(name); !ok {
+		if s.lookupUser(name) == nil {
+			return answer(wire.CodeUnknownUser, "no user %q", name)
+		}
+		return errLocalUser
+	}
+	return s.cluster.change(cmd)
+}
+

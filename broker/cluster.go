@@ -1,0 +1,218 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	cmeta "github.com/lightq/lightq/cluster/meta"
+	"github.com/lightq/lightq/cluster/replica"
+	"github.com/lightq/lightq/cluster/transport"
+)
+
+// clusterNode is what a broker with cluster settings runs beside its listeners: the
+// transport on the cluster port, the router that hands each Raft message to its group, the
+// metadata group (cluster/meta) and the replicas of the partitions placed on this broker
+// (cluster/partition, opened by reconcile).
+//
+// Concurrency: reconcile runs on the node's goroutine only (run), one pass at a time, and
+// changes the topic table under Server.adminMu like any topic change. mu guards applied,
+// which CREATE_TOPIC and DELETE_TOPIC wait on (waitApplied) from the auth pool.
+type clusterNode struct {
+	srv    *Server
+	id     uint64
+	log    zerolog.Logger
+	tr     *transport.Transport
+	router *replica.Router
+	meta   *cmeta.Store
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	applied uint64 // the metadata index the topic table reflects
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// metaDir is where the metadata group keeps its log and snapshots.
+func metaDir(dataDir string) string { return filepath.Join(dataDir, "cluster", "meta") }
+
+// startCluster opens the transport and the metadata group and starts reconciling. It runs
+// in Start before the client listeners, so a broker that answers clients already holds the
+// topics the cluster had when it stopped (as far as its metadata replica knows them).
+func (s *Server) startCluster() error {
+	cc := &s.cfg.Cluster
+	n := &clusterNode{srv: s, id: uint64(s.nodeID()), router: replica.NewRouter(),
+		log: s.log.With().Str("component", "cluster").Logger(), stop: make(chan struct{}), done: make(chan struct{})}
+	n.cond = sync.NewCond(&n.mu)
+	listen := cc.Listen
+	if listen == "" {
+		listen = cc.Peers[n.id]
+	}
+	tr, err := transport.New(transport.Config{
+		NodeID: n.id, Listen: listen, Secret: cc.Secret,
+		Handler: n.router.Handle, Unreachable: n.router.Unreachable,
+		Logf: func(f string, a ...any) { n.log.Debug().Msgf(f, a...) },
+	})
+	if err != nil {
+		return fmt.Errorf("cluster port %s: %w", listen, err)
+	}
+	n.tr = tr
+	peers := make([]uint64, 0, len(cc.Peers))
+	for id, addr := range cc.Peers {
+		peers = append(peers, id)
+		if id != n.id {
+			tr.SetPeer(id, addr)
+		}
+	}
+	slices.Sort(peers)
+	store, err := cmeta.Open(cmeta.Config{Dir: metaDir(s.cfg.DataDir), NodeID: n.id, Peers: peers, Sender: tr,
+		Logf: func(f string, a ...any) { n.log.Info().Str("group", "meta").Msgf(f, a...) }})
+	if err != nil {
+		_ = tr.Close()
+		return fmt.Errorf("cluster metadata: %w", err)
+	}
+	n.meta = store
+	n.router.Add(cmeta.Group, store.Replica())
+	s.cluster = n
+	s.pids.inCluster(s.nodeID())
+	n.reconcile() // what the metadata replica held at its last stop
+	go n.run()
+	n.log.Info().Str("cluster_addr", tr.Addr().String()).Uint64("node_id", n.id).Str("peers", cc.describePeers()).Msg("cluster member started")
+	return nil
+}
+
+// run reconciles the topic table with the metadata whenever it changes, and announces this
+// broker's addresses until the metadata has them.
+func (n *clusterNode) run() {
+	defer close(n.done)
+	announce := time.NewTimer(0)
+	defer announce.Stop()
+	announced := false
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.meta.Watch():
+			n.reconcile()
+		case <-announce.C:
+		}
+		if !announced {
+			if announced = n.announce(); !announced {
+				announce.Reset(500 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// announce proposes this broker's addresses (AddBroker) unless the metadata has them, and
+// reports whether it has them now.
+func (n *clusterNode) announce() bool {
+	want := cmeta.AddBroker{ID: n.id, ClientAddr: n.srv.advertisedAddr(), TLSAddr: n.srv.advertisedTLSAddr(), ClusterAddr: n.srv.cfg.Cluster.Peers[n.id]}
+	if b, ok := n.meta.State().Broker(n.id); ok && b.ClientAddr == want.ClientAddr && b.TLSAddr == want.TLSAddr && b.ClusterAddr == want.ClusterAddr {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := n.meta.Propose(ctx, &want); err != nil {
+		n.log.Debug().Err(err).Msg("announcing this broker to the cluster; will retry")
+		return false
+	}
+	n.log.Info().Str("addr", want.ClientAddr).Msg("this broker's addresses are in the cluster metadata")
+	return true
+}
+
+// waitApplied waits until the topic table reflects the metadata up to index, or ctx ends.
+func (n *clusterNode) waitApplied(ctx context.Context, index uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		n.mu.Lock()
+		n.cond.Broadcast()
+		n.mu.Unlock()
+	})
+	defer stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for n.applied < index {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		n.cond.Wait()
+	}
+	return nil
+}
+
+func (n *clusterNode) setApplied(index uint64) {
+	n.mu.Lock()
+	n.applied = max(n.applied, index)
+	n.cond.Broadcast()
+	n.mu.Unlock()
+}
+
+// close stops reconciling, the replicas' transport and the metadata group. The partitions'
+// replicas are closed with their topics (Server.closeTopics).
+func (n *clusterNode) close() {
+	close(n.stop)
+	<-n.done
+	if err := n.meta.Close(); err != nil {
+		n.log.Warn().Err(err).Msg("closing the cluster metadata")
+	}
+}
+
+// closeTransport closes the cluster port, after the replicas stopped.
+func (n *clusterNode) closeTransport() {
+	if err := n.tr.Close(); err != nil {
+		n.log.Warn().Err(err).Msg("closing the cluster port")
+	}
+}
+
+// advertisedAddr is the client address METADATA gives for this broker.
+func (s *Server) advertisedAddr() string {
+	if a := s.cfg.Cluster.AdvertiseAddr; a != "" {
+		return a
+	}
+	return advertisable(s.Addr(), s.cfg.Cluster.Peers[uint64(s.nodeID())])
+}
+
+// advertisedTLSAddr is the TLS client address METADATA gives for this broker ("" without a
+// TLS listener).
+func (s *Server) advertisedTLSAddr() string {
+	if a := s.cfg.Cluster.AdvertiseTLSAddr; a != "" {
+		return a
+	}
+	if a := s.TLSAddr(); a != "" {
+		return advertisable(a, s.cfg.Cluster.Peers[uint64(s.nodeID())])
+	}
+	return ""
+}
+
+// advertisable is listen with the host of clusterAddr when listen names a wildcard host.
+func advertisable(listen, clusterAddr string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if ch, _, err := net.SplitHostPort(clusterAddr); err == nil {
+			return net.JoinHostPort(ch, port)
+		}
+	}
+	return listen
+}
+
+// errNotInCluster is the answer to a cluster request on a broker without cluster settings.
+var errNotInCluster = errors.New("this broker has no cluster settings")
+
+// brokerList is the metadata's brokers for METADATA, in node id order.
+func brokerList(st *cmeta.State) []cmeta.Broker {
+	bs := st.Brokers()
+	sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
+	return bs
+}
