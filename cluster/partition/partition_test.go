@@ -1,0 +1,153 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/lightq/lightq/cluster/replica"
+	"github.com/lightq/lightq/log"
+	"github.com/lightq/lightq/wire"
+)
+
+// runProducers runs n idempotent producers (ids from firstID) that each send batches
+// batches through the cluster's leader, window in flight, retrying as a producer does, and
+// returns what each batch was acked with.
+func runProducers(c *cluster, seed uint64, firstID int64, n, batches, window int) map[batchKey]int64 {
+	c.t.Helper()
+	var (
+		mu    sync.Mutex
+		acked = map[batchKey]int64{}
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			pr := newProducer(firstID + int64(i))
+			var keys []batchKey
+			var bs [][]byte
+			for range batches {
+				keys = append(keys, batchKey{pr.id, pr.epoch, pr.seq})
+				bs = append(bs, pr.next(1+rng.IntN(5), 20+rng.IntN(200)))
+			}
+			base, err := c.pipeline(bs, window)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("producer %d: %w", pr.id, err))
+				return
+			}
+			for j, k := range keys {
+				acked[k] = base[j]
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		c.t.Fatalf("%d producers failed: %v", len(errs), errs)
+	}
+	return acked
+}
+
+// TestReplicatedProduce: batches produced through the leader (idempotent ones, in flight
+// eight at a time per producer, and plain ones in both formats) are acked with the offsets
+// every replica gives them; the high watermark ends equal everywhere, and the replicas'
+// segment files are byte-identical.
+func TestReplicatedProduce(t *testing.T) {
+	c := newCluster(t, 1, 3, nil)
+	c.leader()
+	acked := runProducers(c, 1, 100, 4, 60, 8)
+	lead := c.part(c.leader())
+	plain := map[int64]string{}
+	for i := range 20 {
+		v := fmt.Sprintf("plain-%d", i)
+		magic := uint8(wire.BatchMagic)
+		if i%2 == 1 {
+			magic = wire.BatchMagic2
+		}
+		o := produceWait(lead, plainBatch(magic, v))
+		if o.err != nil {
+			t.Fatalf("plain batch %d: %v", i, o.err)
+		}
+		plain[o.base] = v
+	}
+	hw := c.quiet()
+	t.Logf("%d idempotent and %d plain batches acked; high watermark %d", len(acked), len(plain), hw)
+	c.sameLogs(c.ids...)
+	for _, id := range c.ids {
+		p := c.part(id)
+		exactlyOnce(t, p, acked)
+		// Plain batches are stored once each, in format 2 with their records unchanged.
+		got := map[int64]string{}
+		for _, s := range committed(t, p) {
+			if s.pid != wire.NoProducer {
+				continue
+			}
+			bt, _ := wire.ParseBatch(s.raw, 1<<20)
+			it := wire.NewRecordIter(bt.Records, bt.RecordCount, bt.BaseOffset, bt.FirstTimestamp)
+			var rec wire.Record
+			if !it.Next(&rec) {
+				t.Fatalf("node %d: plain batch at %d: %v", id, s.base, it.Err())
+			}
+			got[s.base] = string(rec.Value)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(plain) {
+			t.Fatalf("node %d: plain batches %v, want %v", id, got, plain)
+		}
+		if st := p.Status(); st.HighWatermark != hw || st.Pending != 0 {
+			t.Fatalf("node %d: status %+v", id, st)
+		}
+	}
+	if a, b, c3 := tables(c.part(1)), tables(c.part(2)), tables(c.part(3)); a != b || a != c3 {
+		t.Fatalf("producer states differ:\n%s\n%s\n%s", a, b, c3)
+	}
+	st := lead.Status()
+	if len(st.Replicas) != 3 || len(st.Voters) != 3 {
+		t.Fatalf("leader status: %+v", st)
+	}
+	for _, r := range st.Replicas {
+		if r.Lag != 0 || r.Match != st.LastIndex {
+			t.Fatalf("replica %+v of a quiet partition (last index %d)", r, st.LastIndex)
+		}
+	}
+}
+
+// TestFollowerRefuses: a follower stores nothing and names the leader.
+func TestFollowerRefuses(t *testing.T) {
+	c := newCluster(t, 2, 3, nil)
+	l := c.leader()
+	c.produceAcked(plainBatch(wire.BatchMagic2, "x"))
+	c.quiet()
+	for _, id := range c.ids {
+		if id == l {
+			continue
+		}
+		o := produceWait(c.part(id), newProducer(7).next(1, 10))
+		var nl *replica.NotLeaderError
+		if !errors.As(o.err, &nl) || nl.Leader != l {
+			t.Fatalf("follower %d answered %v, want NotLeader naming %d", id, o.err, l)
+		}
+	}
+	// Invalid batches are refused before anything else.
+	p := c.part(l)
+	b := plainBatch(wire.BatchMagic2, "y")
+	if o := produceWait(p, b[:len(b)-1]); !errors.Is(o.err, ErrInvalidBatch) {
+		t.Fatalf("a cut batch: %v", o.err)
+	}
+	if o := produceWait(p, wire.AppendControlBatch(nil, wire.ControlEmptyEntry, nil)); !errors.Is(o.err, ErrInvalidBatch) {
+		t.Fatalf("a control batch: %v", o.err)
+	}
+	ch := make(chan error, 1)
+	p.Produce(b, 2, func(_ int64, err error) { ch <- err })
+	if err := <-ch; !errors.Is(err, wire.ErrCorruptBatch) {
+		t.Fatalf("a wrong record count: %v", err)
+	}
+	if o := produceWait(p, b); o.err != nil && !errors.Is(o.err, log.ErrDuplicate) {
+		t.Fatalf("the valid batch: %v", o.err)
+	}
+}

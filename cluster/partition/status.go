@@ -1,0 +1,71 @@
+package partition
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Status is a replica's view of its partition.
+type Status struct {
+	NodeID, Group uint64
+	Leader        uint64 // 0 while none is known
+	Term          uint64
+	IsLeader      bool
+	// Ready: the leader applied every entry of earlier terms, so it takes idempotent
+	// batches (until then it answers them ErrNotReady).
+	Ready     bool
+	Commit    uint64 // raft indexes
+	Applied   uint64
+	LastIndex uint64
+	// HighWatermark is the offset after the last applied committed batch; LogStart and
+	// LogEnd the offsets the segment log holds (LogEnd is past the high watermark by the
+	// uncommitted tail).
+	HighWatermark, LogStart, LogEnd int64
+	Voters                          []uint64
+	Pending                         int   // batches proposed here, not settled
+	PendingBytes                    int64 // their bytes
+	// Replicas is, on the leader, every member's replication (itself included); nil on a
+	// follower.
+	Replicas []ReplicaStatus
+}
+
+// ReplicaStatus is the leader's view of one member.
+type ReplicaStatus struct {
+	ID    uint64
+	Match uint64 // the highest raft index known stored there
+	// Lag is how many offsets the member's log is behind the leader's (LogEnd minus the
+	// offset after Match); -1 when Match is below the leader's log start (a snapshot is
+	// bringing it up).
+	Lag    int64
+	State  string // raft's: StateProbe, StateReplicate, StateSnapshot
+	Active bool   // heard from within an election timeout
+}
+
+// Status reports the partition. On the leader it waits for one turn of the replica's loop
+// (to read raft's progress): call it for reports, not per request. Safe for concurrent use.
+func (p *Partition) Status() Status {
+	rs := p.st.State()
+	l := p.st.Log()
+	p.mu.Lock()
+	st := p.status
+	s := Status{
+		NodeID: p.cfg.NodeID, Group: p.cfg.Group, Leader: st.Leader, Term: st.Term, IsLeader: st.IsLeader,
+		Ready: p.ready && p.term == st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
+		HighWatermark: p.hw.Load(), Voters: slices.Clone(rs.ConfState.Voters),
+		Pending: p.count, PendingBytes: p.bytes,
+	}
+	p.mu.Unlock()
+	s.LogStart, s.LogEnd = l.StartOffset(), l.NextOffset()
+	if !s.IsLeader {
+		return s
+	}
+	for _, pr := range p.rep.Progress() {
+		r := ReplicaStatus{ID: pr.ID, Match: pr.Match, State: pr.State, Active: pr.Active, Lag: -1}
+		if off, err := p.st.OffsetAfter(pr.Match); err == nil {
+			r.Lag = max(s.LogEnd-off, 0)
+		}
+		s.Replicas = append(s.Replicas, r)
+	}
+	slices.SortFunc(s.Replicas, func(a, b ReplicaStatus) int { return cmp.Compare(a.ID, b.ID) })
+	return s
+}

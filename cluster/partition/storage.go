@@ -1,0 +1,87 @@
+package partition
+
+import (
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/cluster/raftlog"
+	"github.com/lightq/lightq/cluster/replica"
+)
+
+// storage is the replica's Storage: the segment log as the Raft log (raftlog.Storage), with
+// the producer state added to the snapshots it gives and taken from those it installs, so
+// that a follower brought up by a snapshot deduplicates as its leader does.
+//
+// Both methods run on the replica's goroutine (raft asks for a snapshot while it handles a
+// message or a tick; the replica installs one while it handles a Ready).
+type storage struct {
+	*raftlog.Storage
+	p *Partition
+}
+
+var (
+	_ replica.Storage        = (*storage)(nil)
+	_ replica.ConfStateSaver = (*storage)(nil)
+)
+
+// Snapshot is raftlog's snapshot with the partition state appended to its data: the
+// producer state as of the index the table reflects, which is the applied index or later,
+// so at or after the snapshot's index (retention removes only applied entries, and a
+// membership change is applied when its index is recorded). The receiver skips the entries
+// up to that index when it records producers.
+func (s *storage) Snapshot() (raftpb.Snapshot, error) {
+	snap, err := s.Storage.Snapshot()
+	if err != nil {
+		return snap, err
+	}
+	p := s.p
+	p.mu.Lock()
+	snap.Data = appendState(nil, p.dd.index, snap.Data, p.dd.table, p.hw.Load(), time.Now().UnixMilli())
+	index := p.dd.index
+	p.mu.Unlock()
+	if index < snap.Metadata.Index {
+		// Cannot happen (see above); a snapshot whose state lags its index would make the
+		// receiver miss the producers of the entries between.
+		return raftpb.Snapshot{}, fmt.Errorf("partition: snapshot at %d, but the producer state reflects only entries up to %d", snap.Metadata.Index, index)
+	}
+	return snap, nil
+}
+
+// ApplySnapshot installs snap: the producer state is checked whole and saved as the
+// checkpoint first (durable), then raftlog empties the log and starts it at the leader's
+// offset, then the table is replaced. A crash between the two saves leaves a checkpoint
+// ahead of the log, which is right: it reflects committed entries, which this replica skips
+// when it applies them.
+func (s *storage) ApplySnapshot(snap raftpb.Snapshot) error {
+	p := s.p
+	index, logPart, table, err := loadState(snap.Data, p.tableConfig())
+	if err != nil {
+		return fmt.Errorf("partition: snapshot at %d: %w", snap.Metadata.Index, err)
+	}
+	if index < snap.Metadata.Index {
+		table.Release()
+		return fmt.Errorf("%w: snapshot at %d carries the producer state of entry %d only", ErrBadState, snap.Metadata.Index, index)
+	}
+	table.Expire(time.Now().UnixMilli())
+	p.ckMu.Lock()
+	defer p.ckMu.Unlock()
+	b := appendState(nil, index, nil, table, 0, time.Now().UnixMilli())
+	if err := writeCheckpoint(p.fsys, p.cfg.Dir, b); err != nil {
+		table.Release()
+		return err
+	}
+	p.ckIndex = index
+	inner := snap
+	inner.Data = logPart
+	if err := s.Storage.ApplySnapshot(inner); err != nil {
+		table.Release()
+		return err
+	}
+	p.mu.Lock()
+	p.dd.replace(table, index)
+	p.mu.Unlock()
+	p.logf("installed a snapshot at entry %d (offset %d): %d producer states as of entry %d", snap.Metadata.Index, s.Log().NextOffset(), table.Len(), index)
+	return nil
+}
