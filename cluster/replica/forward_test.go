@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/cluster/raftlog"
 )
 
 // TestForwardProposals: with Config.ForwardProposals every member takes proposals; a
@@ -57,5 +61,68 @@ func (c *testCluster) appliedAll(n int) {
 	c.t.Helper()
 	for id, m := range c.members {
 		c.waitUntil(fmt.Sprintf("member %d to apply %d entries", id, n), func() bool { return len(m.appliedData()) == n })
+	}
+}
+
+// TestJoinByConfChange: a fourth member starts empty with Join (no bootstrap), the leader
+// adds it with ProposeConfChange, and it receives the whole log and takes part: with one of
+// the first three stopped, proposals commit on three of four, and those three converge.
+func TestJoinByConfChange(t *testing.T) {
+	forEachStorage(t, func(t *testing.T, kind storageKind) {
+		c := newClusterWith(t, kind, 9, func(cfg *Config) {
+			cfg.Peers = []uint64{1, 2, 3}
+			cfg.Join = cfg.ID == 4
+		}, 1, 2, 3, 4)
+		c.proposeAll("before", 10, 1, 2, 3)
+		if st := c.members[4].rep.Status(); st.Commit != 0 || len(c.members[4].appliedData()) != 0 {
+			t.Fatalf("the joining member has commit %d before it was added", st.Commit)
+		}
+		l := c.leader(1, 2, 3)
+		cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: 4}}}
+		if err := l.rep.ProposeConfChange(cc); err != nil {
+			t.Fatal(err)
+		}
+		c.waitUntil("member 4 to apply the log", func() bool { return len(c.members[4].appliedData()) == 10 })
+		var stopped uint64 = 1
+		if l.id == stopped {
+			stopped = 2
+		}
+		c.members[stopped].rep.Stop()
+		var rest []uint64
+		for _, id := range []uint64{1, 2, 3, 4} {
+			if id != stopped {
+				rest = append(rest, id)
+			}
+		}
+		c.proposeAll("after", 10, rest...)
+		applied := c.converged(rest...)
+		exactlyOnce(t, applied, "before", 10)
+		exactlyOnce(t, applied, "after", 10)
+		if s, ok := c.members[4].storage.(*raftlog.Storage); ok {
+			if cs := s.State().ConfState; len(cs.Voters) != 4 {
+				t.Fatalf("member 4's membership: %+v", cs)
+			}
+		}
+	})
+}
+
+// TestProposeConfChangeNotLeader: without forwarding a follower refuses a membership change.
+func TestProposeConfChangeNotLeader(t *testing.T) {
+	c := newCluster(t, storageKinds[0], 10, 1, 2, 3)
+	l := c.leader()
+	c.proposeAll("x", 1)
+	c.converged(1, 2, 3)
+	for id, m := range c.members {
+		if id == l.id {
+			continue
+		}
+		var nl *NotLeaderError
+		if err := m.rep.ProposeConfChange(raftpb.ConfChangeV2{}); !errors.As(err, &nl) || nl.Leader != l.id {
+			t.Fatalf("follower %d: %v", id, err)
+		}
+	}
+	l.rep.Stop()
+	if err := l.rep.ProposeConfChange(raftpb.ConfChangeV2{}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("after Stop: %v", err)
 	}
 }

@@ -30,6 +30,8 @@ func (r *Replica) run() {
 		case p := <-r.proposals:
 			r.propose(p)
 			r.drainProposals()
+		case req := <-r.confChanges:
+			req.done <- r.proposeConfChange(req.cc)
 		case node := <-r.unreachable:
 			r.rn.ReportUnreachable(node)
 		case req := <-r.progressReq:
@@ -116,6 +118,24 @@ func (r *Replica) forward(p *Proposal) {
 		}
 	default:
 		p.finish(fmt.Errorf("propose: %w", err))
+	}
+}
+
+func (r *Replica) proposeConfChange(cc raftpb.ConfChangeV2) error {
+	if r.term == 0 && !r.cfg.ForwardProposals {
+		return &NotLeaderError{Leader: r.rn.BasicStatus().Lead}
+	}
+	switch err := r.rn.ProposeConfChange(cc); err {
+	case nil:
+		return nil
+	case raft.ErrProposalDropped:
+		st := r.rn.BasicStatus()
+		if st.RaftState == raft.StateLeader {
+			return ErrBusy
+		}
+		return &NotLeaderError{Leader: st.Lead}
+	default:
+		return fmt.Errorf("propose a membership change: %w", err)
 	}
 }
 
@@ -283,6 +303,8 @@ func (r *Replica) failAll(err error) {
 		select {
 		case p := <-r.proposals:
 			p.finish(err)
+		case req := <-r.confChanges:
+			req.done <- err
 		default:
 			return
 		}

@@ -73,6 +73,11 @@ type Config struct {
 	// follows the applied index (its high watermark) and the leadership there. It must not
 	// block for long: it holds up the group.
 	Advanced func(Status)
+	// Join starts a replica whose Storage is empty without bootstrapping a group (Peers is
+	// ignored): a new member that a membership change (ProposeConfChange) adds to a running
+	// group, which the leader then sends its log or a snapshot. Ignored when Storage is not
+	// empty.
+	Join bool
 }
 
 var (
@@ -158,6 +163,7 @@ type Replica struct {
 
 	inbox       chan raftpb.Message
 	proposals   chan *Proposal
+	confChanges chan confChange
 	unreachable chan uint64
 	progressReq chan chan []Progress
 	stop        chan struct{}
@@ -224,7 +230,7 @@ func Start(cfg Config) (*Replica, error) {
 		return nil, err
 	} else if hs, _, err := cfg.Storage.InitialState(); err != nil {
 		return nil, err
-	} else if last == 0 && raft.IsEmptyHardState(hs) {
+	} else if last == 0 && raft.IsEmptyHardState(hs) && !cfg.Join {
 		if len(cfg.Peers) == 0 {
 			return nil, fmt.Errorf("replica %d of group %d: empty storage and no peers to bootstrap", cfg.ID, cfg.Group)
 		}
@@ -241,6 +247,7 @@ func Start(cfg Config) (*Replica, error) {
 		rn:          rn,
 		inbox:       make(chan raftpb.Message, 4096),
 		proposals:   make(chan *Proposal, 1024),
+		confChanges: make(chan confChange, 16),
 		unreachable: make(chan uint64, 64),
 		progressReq: make(chan chan []Progress),
 		stop:        make(chan struct{}),
@@ -331,6 +338,40 @@ func (r *Replica) Progress() []Progress {
 	case <-r.stopped:
 		return nil
 	}
+}
+
+// confChange is a membership change on its way to the loop, which answers on done.
+type confChange struct {
+	cc   raftpb.ConfChangeV2
+	done chan error
+}
+
+// ProposeConfChange asks the group to change its membership (a ConfChangeV2: one change, or
+// several through joint consensus). It fails as Propose does (*NotLeaderError, ErrBusy,
+// ErrStopped); nil means raft took it (appended on the leader, or forwarded to it), not that
+// it will be applied: raft turns a change proposed while another is pending into an empty
+// entry, and a forward can be lost. The caller watches the membership the replica saves
+// (ConfStateSaver) and proposes again if it does not change. It blocks until the replica's
+// goroutine took it.
+func (r *Replica) ProposeConfChange(cc raftpb.ConfChangeV2) error {
+	req := confChange{cc: cc, done: make(chan error, 1)}
+	r.statusMu.Lock()
+	switch {
+	case r.closed:
+		r.statusMu.Unlock()
+		return ErrStopped
+	case !r.status.IsLeader && (!r.cfg.ForwardProposals || r.status.Leader == 0):
+		r.statusMu.Unlock()
+		return &NotLeaderError{Leader: r.status.Leader}
+	}
+	select {
+	case r.confChanges <- req:
+	default:
+		r.statusMu.Unlock()
+		return ErrBusy
+	}
+	r.statusMu.Unlock() // after the send, so the loop's exit cannot miss req
+	return <-req.done
 }
 
 // Campaign starts an election now (tests, and leader transfer on a clean shutdown).
