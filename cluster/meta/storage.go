@@ -30,6 +30,20 @@ type storage struct {
 
 	// install makes st the store's state (on the replica's goroutine, from ApplySnapshot).
 	install func(st *State)
+	// confChanged is told of each membership change applied (on the replica's goroutine),
+	// after it was saved.
+	confChanged func(index uint64)
+}
+
+// SetConfState saves the membership after the change at index (raftlog's), then tells the
+// store, which snapshots there: raft refuses a snapshot whose membership does not hold its
+// receiver, so a member added by the change must be sent a snapshot as of the change or later.
+func (s *storage) SetConfState(cs raftpb.ConfState, index uint64) error {
+	if err := s.Storage.SetConfState(cs, index); err != nil {
+		return err
+	}
+	s.confChanged(index)
+	return nil
 }
 
 // Snapshot is the latest state snapshot, or raft.ErrSnapshotTemporarilyUnavailable before the

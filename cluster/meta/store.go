@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,11 @@ type Config struct {
 	NodeID uint64
 	// Peers are the voters a new cluster's metadata group starts with (this broker among
 	// them), used only when Dir holds nothing yet.
-	Peers  []uint64
+	Peers []uint64
+	// Join starts a broker with an empty Dir as a new member of a running group (Peers is
+	// ignored): it waits until a member adds it (AddMember), then receives the leader's
+	// snapshot and log. Ignored when Dir holds a store.
+	Join   bool
 	Sender replica.Sender
 	// Logf receives what the store and raft report (elections, snapshots, a command this
 	// broker cannot apply). Nil: silent.
@@ -141,7 +146,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
 	s := &Store{cfg: cfg, logf: logf, done: make(chan struct{}), waiters: map[[16]byte]chan outcome{}, changed: make(chan struct{})}
-	s.stor = &storage{Storage: rl, dir: cfg.Dir, snap: snap, install: s.install}
+	s.stor = &storage{Storage: rl, dir: cfg.Dir, snap: snap, install: s.install, confChanged: s.confChanged}
 	applied, err := s.stor.recover()
 	if err != nil {
 		rl.Close()
@@ -151,7 +156,7 @@ func Open(cfg Config) (*Store, error) {
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
-		ForwardProposals: true, Logger: raftLogger{logf},
+		ForwardProposals: true, Join: cfg.Join, Logger: raftLogger{logf},
 	})
 	if err != nil {
 		rl.Close()
@@ -412,11 +417,94 @@ func (s *Store) snapshot(st *State, e raftpb.Entry) {
 	}
 }
 
-// install is storage.install: the state of a snapshot from the leader.
-func (s *Store) install(st *State) {
+// confChanged is storage.confChanged: the membership change at index was applied. The state
+// moves to that index (nothing else changes) and is snapshot there, so that a member the
+// change added can be sent a snapshot that holds it (see storage.SetConfState).
+func (s *Store) confChanged(index uint64) {
+	cur := s.state.Load()
+	if index <= cur.index || s.Err() != nil {
+		return
+	}
+	term, err := s.stor.Term(index)
+	if err != nil {
+		s.logf("meta: the membership change at %d: its term: %v", index, err)
+		return
+	}
+	st := cur.at(index)
 	s.publish(st)
 	s.sinceSnap = 0
-	s.installed.Add(1)
+	s.snapshot(st, raftpb.Entry{Index: index, Term: term})
+}
+
+// Members is the metadata group's membership as this member last applied it.
+func (s *Store) Members() raftpb.ConfState { return s.stor.State().ConfState }
+
+// AddMember makes node, a broker of the state (AddBroker first: its address), a voter of the
+// metadata group, and waits until this member applied the change. The new broker runs its
+// Store with Config.Join; the leader sends it a snapshot and the log. Adding a voter is
+// idempotent. Errors: ErrUnknownBroker; ErrOutcomeUnknown when ctx ends first.
+func (s *Store) AddMember(ctx context.Context, node uint64) error {
+	if _, ok := s.State().Broker(node); !ok {
+		return fmt.Errorf("%w: %d (add the broker first)", ErrUnknownBroker, node)
+	}
+	return s.changeMembers(ctx, raftpb.ConfChangeAddNode, node, func(cs raftpb.ConfState) bool {
+		return slices.Contains(cs.Voters, node)
+	})
+}
+
+// RemoveMember removes node from the metadata group and waits until this member applied the
+// change. Removing a node that is no member is idempotent. Errors: ErrOutcomeUnknown when ctx
+// ends first.
+func (s *Store) RemoveMember(ctx context.Context, node uint64) error {
+	return s.changeMembers(ctx, raftpb.ConfChangeRemoveNode, node, func(cs raftpb.ConfState) bool {
+		return !slices.Contains(cs.Voters, node) && !slices.Contains(cs.Learners, node) &&
+			!slices.Contains(cs.VotersOutgoing, node) && !slices.Contains(cs.LearnersNext, node)
+	})
+}
+
+// changeMembers proposes one membership change until the membership this member applied
+// satisfies done: again every 2 election timeouts, since raft drops a change proposed while
+// another is pending (and a forward can be lost); each tick while no leader is known.
+func (s *Store) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, node uint64, done func(raftpb.ConfState) bool) error {
+	if node == 0 {
+		return invalid("node id 0 (raft reserves it)")
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: typ, NodeID: node}}}
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	retryTicks := 2 * s.electionTicks()
+	for ticks := retryTicks; ; ticks++ {
+		if done(s.Members()) {
+			return nil
+		}
+		if ticks >= retryTicks {
+			ticks = 0
+			err := s.rep.ProposeConfChange(cc)
+			var nl *replica.NotLeaderError
+			switch {
+			case errors.As(err, &nl), errors.Is(err, replica.ErrBusy):
+				ticks = retryTicks - 1 // nothing sent: again at the next tick
+			case errors.Is(err, replica.ErrStopped):
+				return ErrClosed
+			case err != nil:
+				return err
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: the membership change of node %d: %w", ErrOutcomeUnknown, node, ctx.Err())
+		case <-s.done:
+			return fmt.Errorf("%w: the membership change of node %d: %w", ErrOutcomeUnknown, node, ErrClosed)
+		}
+	}
+}
+
+// install is storage.install: the state of a snapshot from the leader.
+func (s *Store) install(st *State) {
+	s.installed.Add(1) // before the state shows it
+	s.publish(st)
+	s.sinceSnap = 0
 	s.logf("meta: installed the leader's snapshot as of entry %d", st.index)
 	// A proposal of this broker applied within the snapshot gets no result of its own.
 	s.mu.Lock()
