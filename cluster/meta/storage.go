@@ -103,7 +103,10 @@ func (s *storage) resetLog(m raftpb.SnapshotMetadata) error {
 //     term: a snapshot from the leader was saved and the log not yet emptied (a crash);
 //     finish it.
 //   - A commit index below the snapshot (commit indexes are saved without a sync): raise it,
-//     since raft may not be told an applied index above its commit.
+//     since raft may not be told an applied index above its commit; and a term below the
+//     snapshot's (the replica saves the hard state of a Ready after its snapshot, and a crash
+//     fell between): raise it, with no vote, as a message of that term would have, so that
+//     this member never appends entries of an older term after the snapshot's.
 func (s *storage) recover() (applied uint64, err error) {
 	rs := s.State()
 	m := s.snap.Metadata // zero without a snapshot file
@@ -134,9 +137,13 @@ func (s *storage) recover() (applied uint64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if hs.Commit < m.Index {
-		hs.Commit = m.Index
-		if err := s.SetHardState(hs); err != nil {
+	fixed := hs
+	fixed.Commit = max(hs.Commit, m.Index)
+	if hs.Term < m.Term {
+		fixed.Term, fixed.Vote = m.Term, 0
+	}
+	if fixed != hs {
+		if err := s.SetHardState(fixed); err != nil {
 			return 0, err
 		}
 	}
