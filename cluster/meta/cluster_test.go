@@ -35,29 +35,16 @@ type testCluster struct {
 	members map[uint64]*member
 	ids     []uint64
 	config  func(*Config)
+	join    map[uint64]bool // members started with Join (added after the group began)
 }
 
 func newTestCluster(t *testing.T, seed uint64, n int, config func(*Config)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, faults: transport.NewFaults(seed), members: map[uint64]*member{}, config: config}
+	c := &testCluster{t: t, faults: transport.NewFaults(seed), members: map[uint64]*member{}, config: config, join: map[uint64]bool{}}
 	t.Cleanup(c.faults.Stop)
 	for i := range n {
-		id := uint64(i + 1)
-		m := &member{id: id, dir: filepath.Join(t.TempDir(), fmt.Sprint(id)), router: replica.NewRouter()}
-		tr, err := transport.New(transport.Config{NodeID: id, Listen: "127.0.0.1:0", Secret: secret,
-			Handler: m.router.Handle, Unreachable: m.router.Unreachable, Faults: c.faults,
-			RedialMin: time.Millisecond, RedialMax: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.tr = tr
-		c.members[id] = m
-		c.ids = append(c.ids, id)
-	}
-	for _, a := range c.members {
-		for id, b := range c.members {
-			a.tr.SetPeer(id, b.tr.Addr().String())
-		}
+		c.newMember(uint64(i + 1))
+		c.ids = append(c.ids, uint64(i+1))
 	}
 	for _, id := range c.ids {
 		c.start(id)
@@ -75,11 +62,38 @@ func newTestCluster(t *testing.T, seed uint64, n int, config func(*Config)) *tes
 	return c
 }
 
+// newMember makes member id's transport and router, and introduces it to every member.
+func (c *testCluster) newMember(id uint64) {
+	c.t.Helper()
+	m := &member{id: id, dir: filepath.Join(c.t.TempDir(), fmt.Sprint(id)), router: replica.NewRouter()}
+	tr, err := transport.New(transport.Config{NodeID: id, Listen: "127.0.0.1:0", Secret: secret,
+		Handler: m.router.Handle, Unreachable: m.router.Unreachable, Faults: c.faults,
+		RedialMin: time.Millisecond, RedialMax: 50 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m.tr = tr
+	c.members[id] = m
+	for oid, o := range c.members {
+		o.tr.SetPeer(id, tr.Addr().String())
+		tr.SetPeer(oid, o.tr.Addr().String())
+	}
+}
+
+// addMember starts a new member, empty, with Join: it is no voter until AddMember.
+func (c *testCluster) addMember(id uint64) {
+	c.t.Helper()
+	c.newMember(id)
+	c.join[id] = true
+	c.ids = append(c.ids, id)
+	c.start(id)
+}
+
 // start opens member id's store (new, or from what it left) and routes to it.
 func (c *testCluster) start(id uint64) {
 	c.t.Helper()
 	m := c.members[id]
-	cfg := Config{Dir: m.dir, NodeID: id, Peers: c.ids, Sender: m.tr, Tick: testTick,
+	cfg := Config{Dir: m.dir, NodeID: id, Peers: c.ids, Join: c.join[id], Sender: m.tr, Tick: testTick,
 		Logf: func(f string, args ...any) { c.t.Logf("member %d: "+f, append([]any{id}, args...)...) }}
 	if c.config != nil {
 		c.config(&cfg)
@@ -266,6 +280,8 @@ func TestConcurrentCreateTopic(t *testing.T) {
 // TestWatch: the Watch channel is closed by the next applied command.
 func TestWatch(t *testing.T) {
 	c := newTestCluster(t, 3, 3, nil)
+	c.leader()
+	c.converged() // the bootstrap's membership changes are applied (they move the state too)
 	m := c.members[2]
 	ch := m.st.Watch()
 	select {

@@ -40,14 +40,24 @@
 // # Snapshots and the log
 //
 // The log is a raftlog.Storage (SyncEachAppend: a command is durable on a quorum when it is
-// committed). Every Config.SnapshotEvery applied commands the member writes the whole state
-// to its snapshot file (snapfile.go; temporary file, fsync, rename, directory fsync) and
+// committed). Every Config.SnapshotEvery applied commands, and at every membership change,
+// the member writes the whole state to its snapshot file (snapfile.go; temporary file, fsync, rename, directory fsync) and
 // removes the log's whole segments behind it. raftlog's own snapshots name a log offset for a
 // partition; this package keeps its state beside the log instead (storage.go wraps the
 // raftlog.Storage): Snapshot returns the state snapshot, and a snapshot from the leader is
 // saved, the log emptied, the state installed. At Open the member starts from its snapshot
 // file and raft replays the committed entries after it; a member too far behind (restarted
 // late, or new) receives the leader's snapshot and the entries after it.
+//
+// # Membership
+//
+// The group's voters are brokers (members.go). A cluster starts with Config.Peers; a broker
+// added later starts its Store with Config.Join (an empty directory, no bootstrap), and a
+// member adds it: AddBroker (its addresses, so the others' transports can reach it), then
+// AddMember, which proposes raft's membership change until this member has applied it.
+// RemoveMember takes a broker out. raft refuses a snapshot whose membership lacks its
+// receiver, so each member snapshots as of every membership change it applies: the snapshot
+// a new member receives holds it.
 //
 // A committed entry this broker cannot decode (a command of a newer release, damage) stops
 // the applying for good (ErrStalled, Store.Err): skipping it would make this member's state

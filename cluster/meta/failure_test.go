@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,8 +29,9 @@ func TestRestartFromOwnSnapshot(t *testing.T) {
 	c.users(2, "u", 23)
 	before := c.converged()
 	for _, id := range c.ids {
-		if n := c.members[id].st.snapshots.Load(); n == 0 {
-			t.Fatalf("member %d took no snapshot", id)
+		// Past the bootstrap's membership snapshots: one every five commands.
+		if snap, err := c.members[id].st.stor.Snapshot(); err != nil || snap.Metadata.Index < 20 {
+			t.Fatalf("member %d's latest snapshot is at %d (%v), want one past 20 of %d entries", id, snap.Metadata.Index, err, before.Index())
 		}
 		c.stop(id)
 	}
@@ -243,3 +245,57 @@ func (r *rawCommand) appendBody(dst []byte) []byte  { return append(dst, 1, 2, 3
 func (r *rawCommand) check() error                  { return nil }
 func (r *rawCommand) apply(*editor) (Result, error) { return Result{}, nil }
 func (r *rawCommand) decodeBody(*wire.Reader)       {}
+
+// TestJoinMember: a fourth broker starts empty with Join; a follower adds it (AddBroker, then
+// AddMember); the leader's log being compacted, it catches up from a snapshot, and takes part:
+// with one of the first three stopped the group goes on, and a member removed (RemoveMember)
+// is out of the membership everywhere.
+func TestJoinMember(t *testing.T) {
+	c := newTestCluster(t, 10, 3, compacting)
+	c.users(1, "early", 30)
+	c.converged()
+	c.addMember(4)
+	st4 := c.members[4].st
+	if st4.State().Index() != 0 || st4.Status().Commit != 0 {
+		t.Fatal("the joining member has state before it was added")
+	}
+	on := c.ids[0]
+	if on == c.leader().id {
+		on = c.ids[1]
+	}
+	c.mustPropose(on, addBroker(4))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.members[on].st.AddMember(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.members[on].st.AddMember(ctx, 4); err != nil {
+		t.Fatalf("adding it again: %v", err)
+	}
+	st := c.converged()
+	if st.UserCount() != 30 || st4.installed.Load() == 0 {
+		t.Fatalf("member 4: %d users, %d snapshots installed", st4.State().UserCount(), st4.installed.Load())
+	}
+	c.waitUntil("member 4 to know the four voters", func() bool { return len(st4.Members().Voters) == 4 })
+	stopped := c.ids[2]
+	c.stop(stopped)
+	running := []uint64{c.ids[0], c.ids[1], 4}
+	c.ids = running // the ones converged waits for
+	c.mustPropose(4, &CreateUser{Name: "from-4", Hash: []byte("h")})
+	if err := c.members[4].st.RemoveMember(ctx, stopped); err != nil {
+		t.Fatal(err)
+	}
+	c.mustPropose(c.ids[0], &CreateUser{Name: "after-removal", Hash: []byte("h")})
+	if st := c.converged(running...); st.UserCount() != 32 {
+		t.Fatalf("%d users", st.UserCount())
+	}
+	for _, id := range running {
+		m := c.members[id]
+		c.waitUntil(fmt.Sprintf("member %d to apply the removal", id), func() bool {
+			return !slices.Contains(m.st.Members().Voters, stopped) && len(m.st.Members().Voters) == 3
+		})
+	}
+	if err := c.members[4].st.AddMember(ctx, 99); !errors.Is(err, ErrUnknownBroker) {
+		t.Fatalf("adding a node that is no broker: %v", err)
+	}
+}

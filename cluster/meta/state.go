@@ -267,6 +267,12 @@ func (s *State) seen(id [16]byte) bool {
 	return false
 }
 
+// at is s as of a later entry that changed no metadata (a membership change).
+func (s *State) at(index uint64) *State {
+	return &State{index: index, nextGroup: s.nextGroup, brokers: s.brokers, topics: s.topics, users: s.users,
+		coordinators: s.coordinators, recent: s.recent}
+}
+
 // editor makes the next State from s: each map is copied the first time it is changed, so
 // the published State is never written.
 type editor struct {

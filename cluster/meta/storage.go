@@ -30,6 +30,20 @@ type storage struct {
 
 	// install makes st the store's state (on the replica's goroutine, from ApplySnapshot).
 	install func(st *State)
+	// confChanged is told of each membership change applied (on the replica's goroutine),
+	// after it was saved.
+	confChanged func(index uint64)
+}
+
+// SetConfState saves the membership after the change at index (raftlog's), then tells the
+// store, which snapshots there: raft refuses a snapshot whose membership does not hold its
+// receiver, so a member added by the change must be sent a snapshot as of the change or later.
+func (s *storage) SetConfState(cs raftpb.ConfState, index uint64) error {
+	if err := s.Storage.SetConfState(cs, index); err != nil {
+		return err
+	}
+	s.confChanged(index)
+	return nil
 }
 
 // Snapshot is the latest state snapshot, or raft.ErrSnapshotTemporarilyUnavailable before the
@@ -89,7 +103,10 @@ func (s *storage) resetLog(m raftpb.SnapshotMetadata) error {
 //     term: a snapshot from the leader was saved and the log not yet emptied (a crash);
 //     finish it.
 //   - A commit index below the snapshot (commit indexes are saved without a sync): raise it,
-//     since raft may not be told an applied index above its commit.
+//     since raft may not be told an applied index above its commit; and a term below the
+//     snapshot's (the replica saves the hard state of a Ready after its snapshot, and a crash
+//     fell between): raise it, with no vote, as a message of that term would have, so that
+//     this member never appends entries of an older term after the snapshot's.
 func (s *storage) recover() (applied uint64, err error) {
 	rs := s.State()
 	m := s.snap.Metadata // zero without a snapshot file
@@ -120,9 +137,13 @@ func (s *storage) recover() (applied uint64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if hs.Commit < m.Index {
-		hs.Commit = m.Index
-		if err := s.SetHardState(hs); err != nil {
+	fixed := hs
+	fixed.Commit = max(hs.Commit, m.Index)
+	if hs.Term < m.Term {
+		fixed.Term, fixed.Vote = m.Term, 0
+	}
+	if fixed != hs {
+		if err := s.SetHardState(fixed); err != nil {
 			return 0, err
 		}
 	}

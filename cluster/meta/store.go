@@ -27,7 +27,11 @@ type Config struct {
 	NodeID uint64
 	// Peers are the voters a new cluster's metadata group starts with (this broker among
 	// them), used only when Dir holds nothing yet.
-	Peers  []uint64
+	Peers []uint64
+	// Join starts a broker with an empty Dir as a new member of a running group (Peers is
+	// ignored): it waits until a member adds it (AddMember), then receives the leader's
+	// snapshot and log. Ignored when Dir holds a store.
+	Join   bool
 	Sender replica.Sender
 	// Logf receives what the store and raft report (elections, snapshots, a command this
 	// broker cannot apply). Nil: silent.
@@ -141,7 +145,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
 	s := &Store{cfg: cfg, logf: logf, done: make(chan struct{}), waiters: map[[16]byte]chan outcome{}, changed: make(chan struct{})}
-	s.stor = &storage{Storage: rl, dir: cfg.Dir, snap: snap, install: s.install}
+	s.stor = &storage{Storage: rl, dir: cfg.Dir, snap: snap, install: s.install, confChanged: s.confChanged}
 	applied, err := s.stor.recover()
 	if err != nil {
 		rl.Close()
@@ -151,7 +155,7 @@ func Open(cfg Config) (*Store, error) {
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
-		ForwardProposals: true, Logger: raftLogger{logf},
+		ForwardProposals: true, Join: cfg.Join, Logger: raftLogger{logf},
 	})
 	if err != nil {
 		rl.Close()
@@ -412,11 +416,30 @@ func (s *Store) snapshot(st *State, e raftpb.Entry) {
 	}
 }
 
-// install is storage.install: the state of a snapshot from the leader.
-func (s *Store) install(st *State) {
+// confChanged is storage.confChanged: the membership change at index was applied. The state
+// moves to that index (nothing else changes) and is snapshot there, so that a member the
+// change added can be sent a snapshot that holds it (see storage.SetConfState).
+func (s *Store) confChanged(index uint64) {
+	cur := s.state.Load()
+	if index <= cur.index || s.Err() != nil {
+		return
+	}
+	term, err := s.stor.Term(index)
+	if err != nil {
+		s.logf("meta: the membership change at %d: its term: %v", index, err)
+		return
+	}
+	st := cur.at(index)
 	s.publish(st)
 	s.sinceSnap = 0
-	s.installed.Add(1)
+	s.snapshot(st, raftpb.Entry{Index: index, Term: term})
+}
+
+// install is storage.install: the state of a snapshot from the leader.
+func (s *Store) install(st *State) {
+	s.installed.Add(1) // before the state shows it
+	s.publish(st)
+	s.sinceSnap = 0
 	s.logf("meta: installed the leader's snapshot as of entry %d", st.index)
 	// A proposal of this broker applied within the snapshot gets no result of its own.
 	s.mu.Lock()
