@@ -421,4 +421,3 @@ func (s *Server) inClusterUsers(name string, cmd cmeta.Command) error {
 	}
 	return s.cluster.change(cmd)
 }
-
