@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -206,9 +205,6 @@ func advertisable(listen, clusterAddr string) string {
 	}
 	return listen
 }
-
-// errNotInCluster is the answer to a cluster request on a broker without cluster settings.
-var errNotInCluster = errors.New("this broker has no cluster settings")
 
 // brokerList is the metadata's brokers for METADATA, in node id order.
 func brokerList(st *cmeta.State) []cmeta.Broker {

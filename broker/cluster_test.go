@@ -118,11 +118,8 @@ func TestClusterReplicatedTopic(t *testing.T) {
 	fi := (li + 1) % 3
 	leader := login(t, tc.brokers[li].Addr(), "app", "app-secret")
 	follower := login(t, tc.brokers[fi].Addr(), "app", "app-secret")
-	var want [][]byte
 	for i := range 20 {
-		b := testBatch(t, fmt.Sprintf("m%d", i))
-		want = append(want, b)
-		resp := leader.produce("orders", 0, b)
+		resp := leader.produce("orders", 0, testBatch(t, fmt.Sprintf("m%d", i)))
 		if resp.Partition != 0 {
 			t.Fatalf("ack for partition %d", resp.Partition)
 		}
