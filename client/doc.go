@@ -100,6 +100,9 @@
 //	  it stored first, PROTOCOL.md 4.4)
 //	STORAGE_FULL, RESOURCE_LIMIT                        yes       no
 //	STORAGE_ERROR (an I/O error or a failed fsync)      yes       yes
+//	NOT_LEADER (a replicated partition's leader is      yes       no
+//	  elsewhere, PROTOCOL.md 16)
+//	REPLICATION_TIMEOUT (no quorum in time)             yes       yes
 //	INTERNAL, a code this client does not know          no        yes
 //	UNKNOWN_PRODUCER (renumbered under a new epoch)     yes       no
 //	OUT_OF_ORDER_SEQUENCE (nothing earlier refused),    no        no

@@ -82,6 +82,10 @@ func refusalOf(code wire.Code) refusal {
 		return refusal{retry: true, maybe: true}
 	case wire.CodeInternal: // a broker bug: the batch may have been written
 		return refusal{maybe: true}
+	case wire.CodeNotLeader: // nothing done: the partition's leader is elsewhere, or being elected
+		return refusal{retry: true}
+	case wire.CodeReplicationTimeout: // no quorum in time: the batch may be stored (PROTOCOL.md 16)
+		return refusal{retry: true, maybe: true}
 	case wire.CodeUnknownOpcode, wire.CodeHandshakeRequired, wire.CodeNotAuthenticated,
 		wire.CodeAuthFailed, wire.CodeNotAuthorized, wire.CodeUnknownTopic,
 		wire.CodeUnknownPartition, wire.CodeTopicExists, wire.CodeInvalidRequest,

@@ -250,6 +250,7 @@ func TestProducerRefusalCodes(t *testing.T) {
 	)
 	want := map[wire.Code]outcome{
 		wire.CodeStorageFull: retried, wire.CodeResourceLimit: retried, wire.CodeStorageError: retried,
+		wire.CodeNotLeader: retried, wire.CodeReplicationTimeout: retried,
 		wire.CodeInternal: maybe, wire.Code(999): maybe,
 		// The idempotent producer bumps its epoch and renumbers the batch (PROTOCOL.md 15).
 		wire.CodeUnknownProducer: retried,
