@@ -83,15 +83,16 @@ func (s *Server) startCluster() error {
 	n.router.Add(cmeta.Group, store.Replica())
 	s.cluster = n
 	s.pids.inCluster(s.nodeID())
-	n.reconcile() // what the metadata replica held at its last stop
-	go n.run()
+	changed := store.Watch() // before reconcile reads the state: no change falls between
+	n.reconcile()            // what the metadata replica held at its last stop
+	go n.run(changed)
 	n.log.Info().Str("cluster_addr", tr.Addr().String()).Uint64("node_id", n.id).Str("peers", cc.describePeers()).Msg("cluster member started")
 	return nil
 }
 
 // run reconciles the topic table with the metadata whenever it changes, and announces this
 // broker's addresses until the metadata has them.
-func (n *clusterNode) run() {
+func (n *clusterNode) run(changed <-chan struct{}) {
 	defer close(n.done)
 	announce := time.NewTimer(0)
 	defer announce.Stop()
@@ -100,7 +101,8 @@ func (n *clusterNode) run() {
 		select {
 		case <-n.stop:
 			return
-		case <-n.meta.Watch():
+		case <-changed:
+			changed = n.meta.Watch()
 			n.reconcile()
 		case <-announce.C:
 		}
