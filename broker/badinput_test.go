@@ -317,7 +317,7 @@ func TestBadInputRequests(t *testing.T) {
 		badCase{name: "truncated AUTH", st: stHello, send: send(wire.OpAuth, 302, str("admin")), code: wire.CodeInvalidRequest},
 		badCase{name: "truncated CREATE_TOPIC", st: stAdmin, send: send(wire.OpCreateTopic, 303, ct(goodCT)[:10]), code: wire.CodeInvalidRequest},
 		badCase{name: "CREATE_TOPIC trailing bytes", st: stAdmin, send: send(wire.OpCreateTopic, 304, append(ct(goodCT), 1, 2, 3)), code: wire.CodeInvalidRequest},
-		badCase{name: "METADATA trailing bytes after the flags", st: stAdmin, send: send(wire.OpMetadata, 305, append(metaReq("two"), 0, 0)), code: wire.CodeInvalidRequest},
+		badCase{name: "METADATA trailing byte", st: stAdmin, send: send(wire.OpMetadata, 305, append(metaReq("two"), 0)), code: wire.CodeInvalidRequest},
 		badCase{name: "METADATA count 2^32-1", st: stAdmin, send: send(wire.OpMetadata, 306, []byte{0xff, 0xff, 0xff, 0xff, 0, 1, 'a'}), code: wire.CodeInvalidRequest},
 		badCase{name: "STATS empty body", st: stAdmin, send: send(wire.OpStats, 307, nil), code: wire.CodeInvalidRequest},
 		badCase{name: "DELETE_TOPIC trailing bytes", st: stAdmin, send: send(wire.OpDeleteTopic, 308, append(topicReq("two"), 'x')), code: wire.CodeInvalidRequest},
