@@ -88,7 +88,7 @@ func TestFaultyNetworkPartitionedLeader(t *testing.T) {
 		c.faults.Isolate(id)
 		var chs []<-chan outcome
 		for i := range direct {
-			b := newProducer(int64(1000 + i)).next(1, 30)
+			b := newProducer(int64(1000+i)).next(1, 30)
 			sent = append(sent, b)
 			chs = append(chs, produceAsync(p, b))
 		}
