@@ -203,11 +203,10 @@ func (p *Partition) settled(r *pending) {
 		base int64
 		err  = r.prop.Err
 	)
-	var nl *replica.NotLeaderError
 	switch {
 	case err == nil:
 		base = wire.BatchBaseOffset(r.prop.Data) // raftlog wrote it there when it stored the entry
-	case errors.Is(err, replica.ErrReplaced), errors.As(err, &nl):
+	case errors.Is(err, replica.ErrReplaced), isNotLeader(err):
 		err = nil // below: the leader known now
 	case errors.Is(err, replica.ErrBusy):
 		err = ErrBusy
@@ -237,6 +236,13 @@ func (p *Partition) settled(r *pending) {
 	p.mu.Unlock()
 	p.release(r)
 	p.scratch = call(ans)
+}
+
+// isNotLeader reports whether err is a *replica.NotLeaderError (apart, so that settled's
+// other paths do not allocate the target).
+func isNotLeader(err error) bool {
+	var nl *replica.NotLeaderError
+	return errors.As(err, &nl)
 }
 
 // release returns r to the pool; the entry's bytes stay with whoever still holds them.

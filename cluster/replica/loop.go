@@ -133,7 +133,8 @@ func (r *Replica) handleReady() error {
 	}
 	snaps := r.snapSent[:0]
 	for _, m := range rd.Messages {
-		ok := r.cfg.Sender.Send(m.To, transport.Envelope{Group: r.cfg.Group, Msg: m})
+		r.envs = append(r.envs[:0], transport.Envelope{Group: r.cfg.Group, Msg: m}) // the sender copies it
+		ok := r.cfg.Sender.Send(m.To, r.envs...)
 		if m.Type == raftpb.MsgSnap {
 			snaps = append(snaps, snapSent{to: m.To, ok: ok})
 		}
@@ -176,6 +177,7 @@ func (r *Replica) handleReady() error {
 		r.rn.ReportSnapshot(sn.to, status)
 	}
 	r.snapSent = snaps[:0]
+	clear(r.envs) // do not pin the last message's entries
 	st := r.publishStatus()
 	if r.cfg.Advanced != nil {
 		r.cfg.Advanced(st)

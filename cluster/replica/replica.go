@@ -30,7 +30,8 @@ type ConfStateSaver interface {
 	SetConfState(cs raftpb.ConfState, index uint64) error
 }
 
-// Sender sends messages to peers; *transport.Transport is one.
+// Sender sends messages to peers; *transport.Transport is one. Send must not keep envs (the
+// slice) after it returns: the replica reuses it. It may keep the messages.
 type Sender interface {
 	Send(node uint64, envs ...transport.Envelope) bool
 }
@@ -162,11 +163,12 @@ type Replica struct {
 	closed   bool // set (under statusMu) before the loop fails what is queued
 
 	// Owned by the loop goroutine.
-	term       uint64      // the term in which this replica leads, 0 when it does not
-	termStart  uint64      // index of the first entry of term, once seen
-	unassigned []*Proposal // proposed in this term, index not yet seen in a Ready
-	waiting    []*Proposal // index known, waiting for that index to commit
-	snapSent   []snapSent  // snapshots sent in this Ready, reported after Advance
+	term       uint64               // the term in which this replica leads, 0 when it does not
+	termStart  uint64               // index of the first entry of term, once seen
+	unassigned []*Proposal          // proposed in this term, index not yet seen in a Ready
+	waiting    []*Proposal          // index known, waiting for that index to commit
+	snapSent   []snapSent           // snapshots sent in this Ready, reported after Advance
+	envs       []transport.Envelope // the one envelope of each Send, reused
 }
 
 // Start opens the replica's raft state from cfg.Storage (bootstrapping a new group from
