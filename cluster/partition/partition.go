@@ -394,6 +394,9 @@ func (p *Partition) Close() error {
 		if cerr := p.st.Close(); err == nil {
 			err = cerr
 		}
+		p.mu.Lock()
+		p.dd.table.Release() // its share of a Budget goes back
+		p.mu.Unlock()
 		p.closeErr = err
 	})
 	return p.closeErr

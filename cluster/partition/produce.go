@@ -123,6 +123,14 @@ func (p *Partition) Produce(batch []byte, count uint32, done func(base int64, er
 		done(0, fmt.Errorf("%w: %d bytes in format 2, the partition's limit is %d", wire.ErrBatchTooLarge, size, p.maxSize))
 		return
 	}
+	// The entry: the replica and the transport keep it as long as they need (it cannot be
+	// pooled). Made before mu is taken, so that concurrent producers copy in parallel.
+	data := make([]byte, 0, size)
+	if h.Magic == wire.BatchMagic2 {
+		data = append(data, batch...)
+	} else {
+		data = appendFormat2(data, batch, &h)
+	}
 	now := time.Now()
 	p.mu.Lock()
 	if err := p.admit(size); err != nil {
@@ -160,12 +168,6 @@ func (p *Partition) Produce(batch []byte, count uint32, done func(base int64, er
 	r := pendingPool.Get().(*pending)
 	r.part, r.term, r.size, r.done, r.deadline = p, p.term, size, done, now.Add(p.cfg.ProposalTimeout)
 	r.idem, r.pid, r.epoch, r.seq, r.count = h.HasProducer(), h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.RecordCount
-	data := make([]byte, 0, size) // the entry: the replica and the transport keep it as long as they need
-	if h.Magic == wire.BatchMagic2 {
-		data = append(data, batch...)
-	} else {
-		data = appendFormat2(data, batch, &h)
-	}
 	r.prop.Data = data
 	if err := p.rep.ProposeNotify(&r.prop, p.term, r.notify); err != nil {
 		p.mu.Unlock()

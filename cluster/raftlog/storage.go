@@ -34,7 +34,9 @@ import (
 // # Index and offset
 //
 // Both grow together, so an entry is found by its offset. The most recent Options.Window
-// entries keep their term and offset in memory; a cursor remembers where the last Entries
+// entries keep their term and offset in memory, and those Append stored keep their data too,
+// up to Options.CacheBytes (raft reads every entry again to apply it once committed: from
+// memory, not the disk); a cursor remembers where the last Entries
 // ended, so a follower catching up (Entries from lo, then from the previous hi) reads on
 // without a search; anything else is a binary search over offsets reading batch headers.
 // FirstIndex is SnapIndex+1 and Term(SnapIndex) is SnapTerm, from the state file.
@@ -53,9 +55,8 @@ import (
 // The log is opened without deduplication (log.ProducerOptions.Disabled): a follower stores
 // whatever raft commits to its log and must refuse nothing for idempotence reasons, and a
 // producer-state expiry by wall clock would make replicas disagree. The leader deduplicates
-// before it proposes. What replication will need there later: the producer state rebuilt on
-// every replica from committed entries (so that a new leader has it), with expiry decided by
-// the entries (their timestamps or a control entry), not by each replica's clock.
+// before it proposes; cluster/partition keeps the producer state, rebuilt on every replica
+// from committed entries (so that a new leader has it), and adds it to the snapshots.
 //
 // # Concurrency
 //
