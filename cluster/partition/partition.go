@@ -143,23 +143,27 @@ type Partition struct {
 	label   string
 	maxSize int // the largest batch the log takes
 
-	// mu guards everything below it up to hw, and is taken by Produce, by the replica's
-	// callbacks (apply, advanced, settled) and by the maintenance goroutine. Never held
-	// across storage calls.
-	mu        sync.Mutex
-	dd        *dedup
-	closed    bool
-	term      uint64 // the term this replica leads in, 0 when it does not
-	ready     bool   // leader: its table is complete (it applied its term's first entry)
-	status    replica.Status
-	head      *pending // proposals not settled, oldest first
-	tail      *pending
-	count     int
-	bytes     int64
-	scratch   []answer // settled's answers, called after mu is released (replica goroutine)
-	sweepBuf  []answer // the maintenance goroutine's
-	hw        atomic.Int64
-	lastCkptN atomic.Int64 // checkpoints written, for tests
+	// mu guards dd, closed, term, ready, status, the list of pending batches and its counts,
+	// and is taken by Produce, by the replica's callbacks (apply, advanced, settled), by
+	// Snapshot and ApplySnapshot, and by the maintenance goroutine. Never held across
+	// storage calls.
+	mu     sync.Mutex
+	dd     *dedup
+	closed bool
+	term   uint64 // the term this replica leads in, 0 when it does not
+	ready  bool   // leader: its table is complete (it applied its term's first entry)
+	status replica.Status
+	head   *pending // proposals not settled, oldest first
+	tail   *pending
+	count  int
+	bytes  int64
+	// The answers to call once mu is released, reused: scratch by the replica's goroutine
+	// (settled, advanced), sweepBuf by the maintenance goroutine; each owned by its
+	// goroutine, not by mu.
+	scratch  []answer
+	sweepBuf []answer
+	// hw is the high watermark (lock-free; written by the replica's goroutine).
+	hw atomic.Int64
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).

@@ -131,8 +131,8 @@ func (p *Partition) Produce(batch []byte, count uint32, done func(base int64, er
 	} else {
 		data = appendFormat2(data, batch, &h)
 	}
-	now := time.Now()
 	p.mu.Lock()
+	now := time.Now() // under mu: deadlines grow along the list (expire relies on it)
 	if err := p.admit(size); err != nil {
 		p.mu.Unlock()
 		done(0, err)
