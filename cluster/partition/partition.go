@@ -69,6 +69,9 @@ type Config struct {
 	Fsync  Fsync
 	// Log configures the segment log (segment size, retention, MaxBatch, FS). Its Producers
 	// must be zero: a replica's log does not deduplicate (the partition does, see the doc).
+	// Replicas roll segments by size at the same batches, so their segment files are
+	// byte-identical; SegmentAge makes each roll on its own clock (the bytes at every offset
+	// stay the same, the split into files does not).
 	Log       log.Options
 	Producers ProducerLimits
 	// OnCommit, if set, is called after the high watermark moved, on the replica's
