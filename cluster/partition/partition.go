@@ -69,6 +69,9 @@ type Config struct {
 	Fsync  Fsync
 	// Log configures the segment log (segment size, retention, MaxBatch, FS). Its Producers
 	// must be zero: a replica's log does not deduplicate (the partition does, see the doc).
+	// Replicas roll segments by size at the same batches, so their segment files are
+	// byte-identical; SegmentAge makes each roll on its own clock (the bytes at every offset
+	// stay the same, the split into files does not).
 	Log       log.Options
 	Producers ProducerLimits
 	// OnCommit, if set, is called after the high watermark moved, on the replica's
@@ -143,23 +146,27 @@ type Partition struct {
 	label   string
 	maxSize int // the largest batch the log takes
 
-	// mu guards everything below it up to hw, and is taken by Produce, by the replica's
-	// callbacks (apply, advanced, settled) and by the maintenance goroutine. Never held
-	// across storage calls.
-	mu        sync.Mutex
-	dd        *dedup
-	closed    bool
-	term      uint64 // the term this replica leads in, 0 when it does not
-	ready     bool   // leader: its table is complete (it applied its term's first entry)
-	status    replica.Status
-	head      *pending // proposals not settled, oldest first
-	tail      *pending
-	count     int
-	bytes     int64
-	scratch   []answer // settled's answers, called after mu is released (replica goroutine)
-	sweepBuf  []answer // the maintenance goroutine's
-	hw        atomic.Int64
-	lastCkptN atomic.Int64 // checkpoints written, for tests
+	// mu guards dd, closed, term, ready, status, the list of pending batches and its counts,
+	// and is taken by Produce, by the replica's callbacks (apply, advanced, settled), by
+	// Snapshot and ApplySnapshot, and by the maintenance goroutine. Never held across
+	// storage calls.
+	mu     sync.Mutex
+	dd     *dedup
+	closed bool
+	term   uint64 // the term this replica leads in, 0 when it does not
+	ready  bool   // leader: its table is complete (it applied its term's first entry)
+	status replica.Status
+	head   *pending // proposals not settled, oldest first
+	tail   *pending
+	count  int
+	bytes  int64
+	// The answers to call once mu is released, reused: scratch by the replica's goroutine
+	// (settled, advanced), sweepBuf by the maintenance goroutine; each owned by its
+	// goroutine, not by mu.
+	scratch  []answer
+	sweepBuf []answer
+	// hw is the high watermark (lock-free; written by the replica's goroutine).
+	hw atomic.Int64
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
@@ -394,6 +401,9 @@ func (p *Partition) Close() error {
 		if cerr := p.st.Close(); err == nil {
 			err = cerr
 		}
+		p.mu.Lock()
+		p.dd.table.Release() // its share of a Budget goes back
+		p.mu.Unlock()
 		p.closeErr = err
 	})
 	return p.closeErr
