@@ -455,4 +455,3 @@ func TestMetadataFlags(t *testing.T) {
 		}
 	}
 }
-
