@@ -509,7 +509,7 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 		}
 		fc.reply(h.Op, h.Corr, nil)
 	case wire.OpFetch, wire.OpListOffsets, wire.OpCommitOffset, wire.OpFetchCommitted:
-		if fc.fetchStored(h, body) {
+		if fc.fetchStored(h, body) || fc.group(h, body) {
 			return
 		}
 		fb.mu.Lock()
@@ -532,7 +532,9 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 			fc.reply(h.Op, h.Corr, answer(&m))
 		}
 	default:
-		fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
+		if !fc.group(h, body) {
+			fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
+		}
 	}
 }
 

@@ -21,8 +21,9 @@ type fakeCluster struct {
 	leaders map[string][]uint32 // per topic and partition; a topic not in it: node 1
 	// replTimeouts: answer this many of the next stored batches REPLICATION_TIMEOUT.
 	replTimeouts int
-	notLeaders   map[wire.Op]int // NOT_LEADER answers sent, by request
+	notLeaders   map[wire.Op]int   // NOT_LEADER answers sent, by request
 	served       map[[2]uint32]int // requests served, by op and node
+	committed    map[string]int64  // group offsets, by "group/topic/partition"
 }
 
 // fakeNode is one broker of the cluster.
@@ -37,7 +38,8 @@ type fakeNode struct {
 func startFakeCluster(t testing.TB, n int) *fakeBroker {
 	t.Helper()
 	fb := newFakeOn(nil)
-	fb.cluster = &fakeCluster{leaders: make(map[string][]uint32), notLeaders: make(map[wire.Op]int), served: make(map[[2]uint32]int)}
+	fb.cluster = &fakeCluster{leaders: make(map[string][]uint32), notLeaders: make(map[wire.Op]int), served: make(map[[2]uint32]int),
+		committed: make(map[string]int64)}
 	for i := 1; i <= n; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -315,4 +317,98 @@ func (fc *fakeConn) answerFetch(corr uint32, t *fakeTopic, part int, f wire.Fetc
 	}
 	fb.mu.Unlock()
 	fc.reply(wire.OpFetch, corr, resp.AppendTo(nil))
+}
+
+// AddDurableTopic creates a durable topic whose FETCHes read what is stored in it.
+func (fb *fakeBroker) AddDurableTopic(name string, partitions int) {
+	fb.set(func(fb *fakeBroker) {
+		fb.topics[name] = &fakeTopic{kind: wire.KindDurable, batches: make([][][]byte, partitions), next: make([]int64, partitions)}
+	})
+}
+
+// group serves the group requests of a cluster fake, for one member at a time, wherever
+// they are sent (they are counted by node): JOIN_GROUP gives the member every partition in
+// generation 1, a HEARTBEAT is held for its max wait and answered the same, GROUP_COMMIT
+// and FETCH_COMMITTED keep the group's offsets, LEAVE_GROUP is answered. It reports false
+// for any other op, and without a cluster (the fake then has no groups).
+func (fc *fakeConn) group(h wire.Header, body []byte) bool {
+	fb := fc.fb
+	switch h.Op {
+	case wire.OpJoinGroup, wire.OpHeartbeat, wire.OpGroupCommit, wire.OpFetchCommitted, wire.OpLeaveGroup:
+	default:
+		return false
+	}
+	if fb.cluster == nil {
+		return false
+	}
+	key := func(group, topic string, part uint32) string { return fmt.Sprintf("%s/%s/%d", group, topic, part) }
+	all := func(topic string) []uint32 {
+		var ps []uint32
+		if t := fb.topics[topic]; t != nil {
+			for i := range t.next {
+				ps = append(ps, uint32(i))
+			}
+		}
+		return ps
+	}
+	fb.mu.Lock()
+	fb.cluster.count(h.Op, fc.node)
+	fb.mu.Unlock()
+	switch h.Op {
+	case wire.OpJoinGroup:
+		var m wire.JoinGroup
+		if err := m.Decode(body); err != nil {
+			fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+			return true
+		}
+		fb.mu.Lock()
+		resp := wire.JoinGroupResponse{Generation: 1, SessionTimeoutMs: 10000, HeartbeatIntervalMs: 100, Partitions: all(m.Topic)}
+		fb.mu.Unlock()
+		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	case wire.OpHeartbeat:
+		var m wire.Heartbeat
+		if err := m.Decode(body); err != nil {
+			fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+			return true
+		}
+		fb.wg.Add(1)
+		go func() { // held for its max wait, as the broker holds it
+			defer fb.wg.Done()
+			wait := time.Duration(m.MaxWaitMs) * time.Millisecond
+			deadline := time.Now().Add(wait)
+			timer := time.AfterFunc(wait, func() { fb.set(func(*fakeBroker) {}) })
+			defer timer.Stop()
+			fb.mu.Lock()
+			for time.Now().Before(deadline) && !fc.dead && !fb.closed {
+				fb.cond.Wait()
+			}
+			resp := wire.HeartbeatResponse{Generation: 1, HeartbeatIntervalMs: 100, Partitions: all(m.Topic)}
+			fb.mu.Unlock()
+			fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+		}()
+	case wire.OpGroupCommit:
+		var m wire.GroupCommit
+		if err := m.Decode(body); err != nil {
+			fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+			return true
+		}
+		fb.set(func(fb *fakeBroker) { fb.cluster.committed[key(m.Group, m.Topic, m.Partition)] = m.Offset })
+		fc.reply(h.Op, h.Corr, nil)
+	case wire.OpFetchCommitted:
+		var m wire.FetchCommitted
+		if err := m.Decode(body); err != nil {
+			fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+			return true
+		}
+		resp := wire.OffsetResponse{Offset: -1}
+		fb.get(func(fb *fakeBroker) {
+			if off, ok := fb.cluster.committed[key(m.Group, m.Topic, m.Partition)]; ok {
+				resp.Offset = off
+			}
+		})
+		fc.reply(h.Op, h.Corr, resp.AppendTo(nil))
+	case wire.OpLeaveGroup:
+		fc.reply(h.Op, h.Corr, nil)
+	}
+	return true
 }
