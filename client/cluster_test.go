@@ -364,3 +364,31 @@ func TestDialSeedList(t *testing.T) {
 		t.Fatal("Dial with no address succeeded")
 	}
 }
+
+// A broker from before replication refuses METADATA's cluster flag: the Conn asks once more
+// without it, routes everything to that broker, and asks without the flag from then on.
+func TestLegacyBrokerWithoutClusterFlag(t *testing.T) {
+	fb := startFake(t)
+	fb.set(func(fb *fakeBroker) { fb.legacy = true })
+	fb.AddTopic("events", 2)
+	c := dial(t, fb)
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events"})
+	log := newAckLog()
+	sendRange(t, p, log, 1, 0, 10)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	log.exactlyOnce(t, 10)
+	md, err := c.ClusterMetadata(testCtx(t), "events")
+	if err != nil || !md.Legacy || len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 2 {
+		t.Fatalf("ClusterMetadata = %+v, %v; want the legacy answer", md, err)
+	}
+	var reqs int
+	fb.get(func(fb *fakeBroker) { reqs = fb.metadataReqs })
+	if reqs != 3 {
+		t.Fatalf("%d METADATA requests, want 3 (refused, asked again, then without the flag)", reqs)
+	}
+	if fb.Conns() != 1 {
+		t.Fatalf("%d connections", fb.Conns())
+	}
+}

@@ -25,6 +25,7 @@ type fakeBroker struct {
 	pass    string
 	limits  wire.Limits
 	silent  bool // accept connections, never answer
+	legacy  bool // a broker from before replication: METADATA's cluster flag is invalid
 	discard bool // do not keep produced batches (benchmarks)
 	refuse  bool // close new connections at once (guarded by mu), as a stopped broker's port
 
@@ -541,13 +542,13 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 func (fc *fakeConn) metadata(h wire.Header, body []byte) {
 	fb := fc.fb
 	var m wire.MetadataRequest
-	if err := m.Decode(body); err != nil {
-		fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+	fb.set(func(fb *fakeBroker) { fb.metadataReqs++ })
+	if err := m.Decode(body); err != nil || m.Cluster && fb.legacy {
+		fc.fail(h.Corr, wire.CodeInvalidRequest, fmt.Sprint("METADATA: ", err))
 		return
 	}
 	resp := wire.MetadataResponse{Cluster: m.Cluster}
 	fb.mu.Lock()
-	fb.metadataReqs++
 	for _, name := range m.Topics {
 		t, ok := fb.topics[name]
 		if !ok {
