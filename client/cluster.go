@@ -246,7 +246,9 @@ func (c *Conn) refresh(ctx context.Context, topic string) error {
 }
 
 // anyLink returns the first working connection of the Conn's nodes (the boot node's first),
-// waiting for one until ctx ends: admin requests and METADATA go to any broker.
+// waiting for one until ctx ends: admin requests and METADATA go to any broker. While none
+// is connected, every broker the view knows is dialled too, not only the boot node's seeds:
+// the brokers Dial was given may all be gone while others of the cluster serve.
 func (c *Conn) anyLink(ctx context.Context) (*link, error) {
 	for {
 		c.mu.Lock()
@@ -262,13 +264,24 @@ func (c *Conn) anyLink(ctx context.Context) (*link, error) {
 				return l, nil
 			}
 		}
-		ch := c.changed // the boot node always reconnects: some node comes back
+		ch := c.changed // closed when a node connects
+		var waiting []*node
+		for id := range c.view.addrs {
+			if n := c.nodeLocked(id); n != nil && n != c.boot {
+				n.waiters++
+				n.startDialLocked()
+				waiting = append(waiting, n)
+			}
+		}
 		c.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 		}
 		c.mu.Lock()
+		for _, n := range waiting {
+			n.waiters--
+		}
 		last := c.boot.lastErr
 		c.mu.Unlock()
 		if ctx.Err() != nil {

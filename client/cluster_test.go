@@ -392,3 +392,33 @@ func TestLegacyBrokerWithoutClusterFlag(t *testing.T) {
 		t.Fatalf("%d connections", fb.Conns())
 	}
 }
+
+// The only seed and the partition's leader both go away: the Conn asks the other brokers it
+// learned of for the partition's new leader, and the producer goes on there.
+func TestClusterProducerSeedAndLeaderGone(t *testing.T) {
+	fb := startFakeCluster(t, 3)
+	fb.AddTopic("events", 1)
+	fb.SetLeader("events", 0, 2)
+	c := dialSeeds(t, fb.Seeds(1))
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 64, Linger: -1})
+	log := newAckLog()
+	sendRange(t, p, log, 0, 0, 10)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	fb.SetDown(1, true)
+	fb.SetDown(2, true)
+	fb.SetLeader("events", 0, 3)
+	fb.DropNode(1)
+	fb.DropNode(2)
+	sendRange(t, p, log, 0, 10, 20)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	log.exactlyOnce(t, 20)
+	acksInOrder(t, log, 0, 0, 20, 0)
+	storedOnce(t, fb, "events", 0, 0, 20)
+	if md, err := c.Metadata(testCtx(t), "events"); err != nil || len(md) != 1 {
+		t.Fatalf("Metadata with the seed gone: %v, %v", md, err)
+	}
+}
