@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/lightq/lightq/wire"
 )
@@ -314,7 +313,7 @@ func (c *Conn) anyConnected() bool {
 func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32, op wire.Op, body []byte) ([]byte, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	bo := backoff{min: 10 * time.Millisecond, max: reconnectMax}
+	bo := backoff{min: lookupMin, max: lookupMax}
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -337,7 +336,7 @@ func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32,
 		}
 		wait, stop := ctx, func() {}
 		if replicated {
-			wait, stop = context.WithTimeout(ctx, max(bo.next(), reconnectMin))
+			wait, stop = context.WithTimeout(ctx, bo.next())
 		}
 		l, err := n.awaitLink(wait)
 		stop()

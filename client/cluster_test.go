@@ -293,7 +293,7 @@ func TestClusterProducerNoLeaderTimesOut(t *testing.T) {
 			fb.AddTopic("events", 1)
 			fb.SetLeader("events", 0, 2)
 			c := dialSeeds(t, fb.Seeds(1))
-			const timeout = 500 * time.Millisecond
+			const timeout = 3 * time.Second // the second phase needs a lookup (at most lookupMax, 1 s, apart) within it
 			p := newProducer(t, c, client.ProducerOptions{Topic: "events", DeliveryTimeout: timeout})
 			tc.setup(fb)
 			errc := make(chan error, 1)

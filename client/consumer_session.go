@@ -220,7 +220,7 @@ func (k *Consumer) requestMove(p *partState) {
 func (k *Consumer) mover() {
 	defer k.wg.Done()
 	c := k.conn
-	bo := backoff{min: reconnectMin, max: reconnectMax}
+	bo := backoff{min: lookupMin, max: lookupMax}
 	for {
 		select {
 		case <-k.ctx.Done():

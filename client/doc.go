@@ -63,7 +63,7 @@
 //
 // When a partition's leader changes, its broker answers NOT_LEADER (nothing done) or its
 // connection closes: the Conn asks METADATA again (of any connected broker; while no leader
-// is known, an election, again with backoff from 50 ms to 2 s) and the partition moves. A
+// is known, an election, again with backoff from 50 ms to 1 s) and the partition moves. A
 // Producer sends the partition's unacknowledged batches to the new leader, byte for byte,
 // in seal order, once none of them awaits an answer from the old one; an idempotent
 // producer's batches that the old leader had stored are answered with their offsets, not

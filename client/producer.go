@@ -341,7 +341,7 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 		idem:        idem, hdrSize: wire.BatchHeaderSize,
 		pid: wire.NoProducer, epoch: wire.NoProducer,
 		bumpBo:    backoff{min: reconnectMin, max: reconnectMax},
-		refreshBo: backoff{min: reconnectMin, max: reconnectMax},
+		refreshBo: backoff{min: lookupMin, max: lookupMax},
 	}
 	if idem {
 		p.hdrSize, p.pid, p.epoch = wire.BatchHeaderSize2, ip.ProducerID, ip.ProducerEpoch
