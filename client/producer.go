@@ -169,9 +169,10 @@ type Producer struct {
 
 	// Where batches go (producer_route.go): a route per broker written to, and per
 	// partition its leader's route (nil while it moves) and whether it has other replicas.
-	routes     []*prodRoute
-	route      []*prodRoute
-	replicated []bool
+	routes      []*prodRoute
+	route       []*prodRoute
+	replicated  []bool
+	nreplicated int // partitions with replicated set: none with one broker
 	// The topic's METADATA asked again for moving partitions: one at a time (refreshing),
 	// its outcome waiting for the flusher (refreshed, refreshErr), the next not before
 	// refreshAt.

@@ -55,7 +55,7 @@ func (p *Producer) initRoutes() {
 	p.replicated = make([]bool, p.nparts)
 	for part := range p.route {
 		n, replicated, ok := p.c.leader(p.topic, int32(part))
-		p.replicated[part] = replicated
+		p.setReplicated(part, replicated)
 		if ok {
 			p.route[part] = p.routeFor(n)
 			continue
@@ -63,6 +63,18 @@ func (p *Producer) initRoutes() {
 		p.ackMu.Lock()
 		p.startMoveLocked(&p.queues[part])
 		p.ackMu.Unlock()
+	}
+}
+
+// setReplicated records whether partition part has replicas elsewhere. p.mu is held.
+func (p *Producer) setReplicated(part int, replicated bool) {
+	if p.replicated[part] != replicated {
+		p.replicated[part] = replicated
+		if replicated {
+			p.nreplicated++
+		} else {
+			p.nreplicated--
+		}
 	}
 }
 
@@ -129,8 +141,8 @@ func (p *Producer) rerouteDue() bool {
 	p.ackMu.Lock()
 	moving := p.moving > 0 || p.recheck
 	p.ackMu.Unlock()
-	if moving {
-		return true
+	if moving || p.nreplicated == 0 {
+		return moving
 	}
 	for part, r := range p.route {
 		if p.replicated[part] && (r == nil || r.link == nil) {
@@ -234,7 +246,8 @@ func (p *Producer) applyRoutes() bool {
 			continue
 		}
 		nr := p.routeFor(n)
-		p.route[part], p.replicated[part] = nr, replicated
+		p.route[part] = nr
+		p.setReplicated(part, replicated)
 		p.ackMu.Lock()
 		if q.moving {
 			q.moving = false
