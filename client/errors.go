@@ -82,10 +82,6 @@ func refusalOf(code wire.Code) refusal {
 		return refusal{retry: true, maybe: true}
 	case wire.CodeInternal: // a broker bug: the batch may have been written
 		return refusal{maybe: true}
-	case wire.CodeNotLeader: // nothing done: the partition's leader is elsewhere, or being elected
-		return refusal{retry: true}
-	case wire.CodeReplicationTimeout: // no quorum in time: the batch may be stored (PROTOCOL.md 16)
-		return refusal{retry: true, maybe: true}
 	case wire.CodeUnknownOpcode, wire.CodeHandshakeRequired, wire.CodeNotAuthenticated,
 		wire.CodeAuthFailed, wire.CodeNotAuthorized, wire.CodeUnknownTopic,
 		wire.CodeUnknownPartition, wire.CodeTopicExists, wire.CodeInvalidRequest,
@@ -94,6 +90,17 @@ func refusalOf(code wire.Code) refusal {
 		wire.CodeUserExists, wire.CodeUnknownUser,
 		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty:
 		return refusal{} // refused for what it is: sending it again cannot help
+	case wire.CodeNotLeader:
+		// Nothing was done (PROTOCOL.md section 16). The producer moves the partition to its
+		// leader and sends the batch there first (producer_route.go); what gets here is an
+		// AckNone batch's refusal, which is not sent again.
+		return refusal{}
+	case wire.CodeReplicationTimeout:
+		// The leader did not hear a quorum in time: the batch may be stored. An idempotent
+		// producer sends it again to the leader first (producer_route.go), and the broker
+		// answers a stored one with its offsets; without a producer id a re-send could
+		// store it twice, so it fails here.
+		return refusal{maybe: true}
 	case wire.CodeOutOfOrderSequence, wire.CodeProducerFenced, wire.CodeUnknownProducer:
 		// Answers to an idempotent batch (PROTOCOL.md section 15): never stored. The producer
 		// acts on them first (producer_idem.go): UNKNOWN_PRODUCER bumps the epoch and

@@ -250,10 +250,12 @@ func TestProducerRefusalCodes(t *testing.T) {
 	)
 	want := map[wire.Code]outcome{
 		wire.CodeStorageFull: retried, wire.CodeResourceLimit: retried, wire.CodeStorageError: retried,
-		wire.CodeNotLeader: retried, wire.CodeReplicationTimeout: retried,
 		wire.CodeInternal: maybe, wire.Code(999): maybe,
 		// The idempotent producer bumps its epoch and renumbers the batch (PROTOCOL.md 15).
 		wire.CodeUnknownProducer: retried,
+		// The partition's leader is looked up again and the batch goes there (PROTOCOL.md
+		// 16): nothing was done, or (idempotent) a stored batch is answered as such.
+		wire.CodeNotLeader: retried, wire.CodeReplicationTimeout: retried,
 	}
 	codes := append(wire.Codes(), 999)
 	for _, code := range codes {

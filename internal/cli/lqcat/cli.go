@@ -33,8 +33,10 @@ netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat u
 letter and meaning.
 
 Connection and credentials:
-  -b HOST[:PORT]          broker (default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port
-                          defaults to ` + brokeraddr.DefaultPort + `)
+  -b HOST[:PORT][,...]    broker, or a comma-separated list of a cluster's brokers (the first
+                          that answers is used, and tells where each partition's leader is;
+                          default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port defaults
+                          to ` + brokeraddr.DefaultPort + `)
   -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
                           sasl.username, sasl.password, client.id, session.timeout.ms (a
                           group member's), socket.connection.setup.timeout.ms,
@@ -185,7 +187,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	onceVar(fs, &c.broker, "b", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
+	onceVar(fs, &c.broker, "b", "broker host:port, or a comma-separated list (default $LIGHTQ_BROKER or "+DefaultBroker+")")
 	onceVar(fs, &c.user, "user", "topic user (default $LIGHTQ_USER)")
 	onceVar(fs, &c.password, "password", "topic user's password (default $LIGHTQ_PASSWORD)")
 	onceVar(fs, &c.adminUser, "admin-user", "admin user (default $LIGHTQ_ADMIN_USER or admin)")
@@ -230,7 +232,7 @@ func (c *common) resolve(getenv func(string) string) error {
 		}
 	}
 	orEnv(&c.broker, "LIGHTQ_BROKER", DefaultBroker)
-	c.broker = brokeraddr.WithDefaultPort(c.broker)
+	c.broker = brokeraddr.ListWithDefaultPort(c.broker)
 	orEnv(&c.user, "LIGHTQ_USER", "")
 	orEnv(&c.password, "LIGHTQ_PASSWORD", "")
 	orEnv(&c.adminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
