@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +52,34 @@ func pollUntil(ctx context.Context, timeout, every time.Duration, cond func() bo
 			}
 		}
 	}
+}
+
+// envInt reads a positive integer knob, def when unset.
+func envInt(t testing.TB, key string, def int) int {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", key, v)
+	}
+	return n
+}
+
+// envDuration reads a duration knob, def when unset.
+func envDuration(t testing.TB, key string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive duration such as 90s", key, v)
+	}
+	return d
 }
 
 // echoServer is a backend for the proxy's tests: it echoes what it reads on every

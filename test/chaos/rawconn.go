@@ -174,3 +174,18 @@ func Leaders(md *wire.MetadataResponse, topic string) map[int32]uint32 {
 	}
 	return nil
 }
+
+// HighWatermark asks LIST_OFFSETS (latest) for a partition's high watermark.
+func (c *RawConn) HighWatermark(ctx context.Context, topic string, partition int32) (int64, error) {
+	req := wire.ListOffsets{Topic: topic, Partition: uint32(partition), Mode: wire.OffsetLatest}
+	resp, err := c.Request(ctx, wire.OpListOffsets, req.AppendTo(nil))
+	if err != nil {
+		return 0, err
+	}
+	r := wire.NewReader(resp)
+	off := r.I64()
+	if err := r.Done("LIST_OFFSETS answer"); err != nil {
+		return 0, err
+	}
+	return off, nil
+}
