@@ -201,16 +201,17 @@ func runChaos(t *testing.T, c *cluster, spec runSpec, cfg runConfig) summary {
 		failover: r.failover, failed: t.Failed()}
 }
 
-// report prints the one line and fails the test on the targets.
-func report(t *testing.T, total summary) {
+// report prints the one line and fails the test on the targets: maxP99 bounds the failover
+// p99 (maxFailoverP99, the target, for make chaos).
+func report(t *testing.T, total summary, maxP99 time.Duration) {
 	line := total.line()
 	fmt.Println(line)
 	t.Log(line)
 	if total.lost+total.duplicated+total.divergent > 0 {
 		t.Errorf("lost, duplicated or divergent is not 0")
 	}
-	if p99 := Percentile(total.failover, 0.99); p99 > maxFailoverP99 {
-		t.Errorf("failover p99 %v over the %v target (samples %v)", p99, maxFailoverP99, roundAll(total.failover))
+	if p99 := Percentile(total.failover, 0.99); p99 > maxP99 {
+		t.Errorf("failover p99 %v over %v (samples %v)", p99, maxP99, roundAll(total.failover))
 	}
 	if len(total.failover) == 0 {
 		t.Log("no kill-leader cycle was drawn: failover_p99_ms=0 measures nothing")
@@ -235,6 +236,7 @@ func TestChaos(t *testing.T) {
 	seed := chaosSeed(t)
 	t.Logf("CHAOS_SEED=%d CHAOS_CYCLES=%d faults %v", seed, total, kinds)
 	var sum summary
+	complete := 0
 	for i, spec := range runs {
 		n := total / len(runs)
 		if i < total%len(runs) {
@@ -243,9 +245,13 @@ func TestChaos(t *testing.T) {
 		if n == 0 {
 			continue
 		}
+		noCluster := false
 		t.Run(spec.name, func(t *testing.T) {
 			c := newCluster(t, 3, true)
-			if err := c.startAll(); err != nil {
+			if err := c.startAll(); errors.Is(err, errNoCluster) {
+				noCluster = true
+				t.Fatalf("make chaos needs a build with replication: %v", err)
+			} else if err != nil {
 				t.Fatalf("start: %v", err)
 			}
 			s := runChaos(t, c, spec, runConfig{cycles: n, kinds: kinds, seed: seed + uint64(i), workload: defaultWorkload(),
@@ -256,10 +262,23 @@ func TestChaos(t *testing.T) {
 			sum.duplicated += s.duplicated
 			sum.divergent += s.divergent
 			sum.failover = append(sum.failover, s.failover...)
+			complete++
 		})
+		if noCluster {
+			return
+		}
 	}
-	report(t, sum)
+	if complete < min(total, len(runs)) {
+		t.Logf("no chaos line: %d of the runs completed", complete)
+		return
+	}
+	report(t, sum, maxFailoverP99)
 }
+
+// shortFailoverBound is TestChaosShort's bound on its one failover sample: make test runs
+// beside the other packages' tests (and make test-loaded under stress-ng), where one
+// election may take longer than the 2 s p99 target that make chaos holds its many samples to.
+const shortFailoverBound = 10 * time.Second
 
 // shortFaults are TestChaosShort's cycles, in order: a leader kill (for the failover
 // figure), a partition, a pause, and a damaged follower.
@@ -286,5 +305,5 @@ func TestChaosShort(t *testing.T) {
 	wl.rate = 200
 	s := runChaos(t, c, runs[0], runConfig{cycles: len(shortFaults), kinds: shortFaults, fixed: true, seed: seed,
 		workload: wl, timeout: 10 * time.Minute})
-	report(t, s)
+	report(t, s, shortFailoverBound)
 }

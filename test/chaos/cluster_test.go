@@ -206,6 +206,7 @@ type cluster struct {
 	clustered bool
 	topic     string
 	parts     int
+	replWait  time.Duration // bound of waitHealthy's waits; 0: replicationTimeout
 }
 
 // newCluster prepares size brokers (the processes start with startAll): with clustered,
@@ -213,6 +214,9 @@ type cluster struct {
 // test the harness on a build without replication.
 func newCluster(t testing.TB, size int, clustered bool) *cluster {
 	t.Helper()
+	if !clustered && size != 1 {
+		t.Fatalf("%d brokers without cluster settings: only one is a cluster (of one)", size)
+	}
 	c := &cluster{t: t, bin: brokerBinary(t), faults: NewFaults(), clustered: clustered}
 	base := dataBase(t)
 	for i := 1; i <= size; i++ {
@@ -510,6 +514,9 @@ func (c *cluster) logs() string {
 	for _, n := range c.nodes {
 		if n.proc == nil {
 			continue
+		}
+		if n.last != "" {
+			fmt.Fprintf(&b, "--- node %d, the end of its previous process:\n%s\n", n.id, n.last[max(0, len(n.last)-1000):])
 		}
 		fmt.Fprintf(&b, "--- node %d (pid %d, start %d, alive %v, paused %v):\n%s\n", n.id, n.proc.pid, n.starts, n.proc.alive(), n.paused, n.proc.log.tail(2500))
 	}

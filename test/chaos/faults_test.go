@@ -99,7 +99,7 @@ func (r *chaosRun) ackedProbe(id MsgID, p int32, off int64) {
 // cycle runs one fault and returns what it did, for the log.
 func (r *chaosRun) cycle(ctx context.Context, kind faultKind) (string, error) {
 	c := r.c
-	leaders, err := c.waitLeaders(ctx, replicationTimeout, true)
+	leaders, err := c.waitLeaders(ctx, c.replicationWait(), true)
 	if err != nil {
 		return "", err
 	}

@@ -27,7 +27,7 @@ func (c *cluster) readPartition(ctx context.Context, p int32) ([]Record, int64, 
 	for ctx.Err() == nil {
 		leaders, err := c.waitLeaders(ctx, readTimeout, true)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("partition %d: %w (last read: %v)", p, err, lastErr)
 		}
 		recs, hw, err := c.readFrom(ctx, c.node(leaders[p]), p)
 		if err == nil {
@@ -53,7 +53,9 @@ func (c *cluster) readFrom(ctx context.Context, n *node, p int32) ([]Record, int
 	var buf []byte
 	hw := int64(-1)
 	for off := int64(0); hw < 0 || off < hw; {
-		res, err := conn.Fetch(ctx, wire.Fetch{Topic: c.topic, Partition: uint32(p), Offset: off, MaxBytes: 1 << 20})
+		fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		res, err := conn.Fetch(fctx, wire.Fetch{Topic: c.topic, Partition: uint32(p), Offset: off, MaxBytes: 1 << 20})
+		cancel()
 		if err != nil {
 			return recs, hw, fmt.Errorf("node %d partition %d: fetch at %d: %w", n.id, p, off, err)
 		}

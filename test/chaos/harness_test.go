@@ -87,7 +87,7 @@ func TestHarnessSingleBroker(t *testing.T) {
 	flushErrs := w.stop(time.Minute)
 	leader, hw, err := c.readAll(ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, c.logs())
 	}
 	c.stop(n)
 	replicas, err := c.readReplicas()

@@ -47,25 +47,27 @@ func (c *cluster) ask(ctx context.Context, n *node) (layout, error) {
 	return l, nil
 }
 
-// layouts asks every node that is up.
-func (c *cluster) layouts(ctx context.Context) map[uint32]layout {
-	out := map[uint32]layout{}
+// layouts asks every node that is up; errs holds why the others did not answer.
+func (c *cluster) layouts(ctx context.Context) (out map[uint32]layout, errs map[uint32]error) {
+	out, errs = map[uint32]layout{}, map[uint32]error{}
 	for _, n := range c.nodes {
 		if !n.up() {
 			continue
 		}
 		if l, err := c.ask(ctx, n); err == nil {
 			out[n.id] = l
+		} else {
+			errs[n.id] = err
 		}
 	}
-	return out
+	return out, errs
 }
 
 // leadersNow returns, for each partition, a leader that is up, not in avoid, and names
 // itself leader; with agree, every node that answered must name it too. ok reports whether
 // every partition has one.
 func (c *cluster) leadersNow(ctx context.Context, agree bool, avoid ...uint32) (map[int32]uint32, bool) {
-	ls := c.layouts(ctx)
+	ls, _ := c.layouts(ctx)
 	out := map[int32]uint32{}
 	for p := int32(0); p < int32(c.parts); p++ {
 		for id, l := range ls {
@@ -97,13 +99,21 @@ func (c *cluster) waitLeaders(ctx context.Context, timeout time.Duration, agree 
 		return ok
 	})
 	if err != nil {
-		return leaders, fmt.Errorf("partitions without a leader (avoiding %v) after %v: have %v; layouts %v", avoid, timeout, leaders, c.layouts(ctx))
+		ls, errs := c.layouts(ctx)
+		return leaders, fmt.Errorf("partitions without a leader (avoiding %v) after %v: have %v; layouts %v, errors %v", avoid, timeout, leaders, ls, errs)
 	}
 	return leaders, nil
 }
 
 // replicationTimeout bounds the wait for the followers to catch up with the leaders.
 const replicationTimeout = 90 * time.Second
+
+func (c *cluster) replicationWait() time.Duration {
+	if c.replWait > 0 {
+		return c.replWait
+	}
+	return replicationTimeout
+}
 
 // waitHealthy waits until every node is up and ready, all agree on every partition's leader,
 // and every replica's files reach the high watermark its leader reported at the start of
@@ -121,7 +131,7 @@ func (c *cluster) waitHealthy(ctx context.Context) error {
 			}
 		}
 	}
-	leaders, err := c.waitLeaders(ctx, replicationTimeout, true)
+	leaders, err := c.waitLeaders(ctx, c.replicationWait(), true)
 	if err != nil {
 		return err
 	}
@@ -164,7 +174,7 @@ func (c *cluster) waitReplicated(ctx context.Context, leaders map[int32]uint32) 
 			targets = append(targets, &target{part: p, node: c.node(id), hw: hw, dir: PartitionDir(c.node(id).dir, c.topic, p)})
 		}
 	}
-	err := pollUntil(ctx, replicationTimeout, 50*time.Millisecond, func() bool {
+	err := pollUntil(ctx, c.replicationWait(), 50*time.Millisecond, func() bool {
 		done := true
 		for _, tg := range targets {
 			if tg.reach >= tg.hw {
@@ -184,7 +194,7 @@ func (c *cluster) waitReplicated(ctx context.Context, leaders map[int32]uint32) 
 				behind = append(behind, fmt.Sprintf("node %d partition %d at %d of %d", tg.node.id, tg.part, tg.reach, tg.hw))
 			}
 		}
-		return fmt.Errorf("replicas not caught up after %v: %s", replicationTimeout, strings.Join(behind, "; "))
+		return fmt.Errorf("replicas not caught up after %v: %s", c.replicationWait(), strings.Join(behind, "; "))
 	}
 	return nil
 }

@@ -70,6 +70,9 @@ func (c *RawConn) Request(ctx context.Context, op wire.Op, body []byte) ([]byte,
 	c.corr++
 	c.wbuf = wire.AppendFrame(c.wbuf[:0], op, 0, c.corr, body)
 	if _, err := c.nc.Write(c.wbuf); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	for {
@@ -77,6 +80,9 @@ func (c *RawConn) Request(ctx context.Context, op wire.Op, body []byte) ([]byte,
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if ok && !time.Now().Before(deadline) { // the socket's deadline fired before ctx's timer
+				return nil, fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 			}
 			return nil, err
 		}

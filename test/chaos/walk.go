@@ -134,6 +134,7 @@ type Replica struct {
 	// whose raft index is at most CommitIndex: the replica's committed log is [first batch,
 	// Committed). Without raft.state (a partition that is not replicated) Committed is End.
 	CommitIndex uint64
+	SnapIndex   uint64 // entries up to it are not in the log (retention, or a catch-up from segments)
 	HasState    bool
 	Committed   int64
 	// CommitBeyond: the commit index names an entry the readable log does not hold (damage or
@@ -237,7 +238,7 @@ func ReadReplica(dir string, node uint32, withState bool) (*Replica, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	_ = sf.Close() // opened only to read
-	r.HasState, r.CommitIndex = true, st.HardState.Commit
+	r.HasState, r.CommitIndex, r.SnapIndex = true, st.HardState.Commit, st.SnapIndex
 	r.Committed = r.committedOffset()
 	return r, nil
 }
@@ -252,9 +253,11 @@ func (r *Replica) committedOffset() int64 {
 		}
 		committed = b.Next
 	}
-	if n := len(r.Batches); (n == 0 && r.CommitIndex > 0) || (n > 0 && r.Batches[n-1].RaftIndex < r.CommitIndex) {
-		r.CommitBeyond = true
+	last := r.SnapIndex
+	if n := len(r.Batches); n > 0 {
+		last = max(last, r.Batches[n-1].RaftIndex)
 	}
+	r.CommitBeyond = r.CommitIndex > last
 	return committed
 }
 

@@ -9,6 +9,10 @@ import (
 	"slices"
 	"testing"
 
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/cluster/raftlog"
+	"github.com/lightq/lightq/log/vfs"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -224,6 +228,33 @@ func TestReadReplicaCommit(t *testing.T) {
 		r, err = ReadReplica(dir, 1, false)
 		if err != nil || r.HasState || r.Committed != 4 {
 			t.Errorf("without state: %+v, %v", r, err)
+		}
+	}
+
+	// A replica brought up from a snapshot at index 7 (its log starts after it, empty): its
+	// commit index 7 is not beyond its log; 8 is.
+	for _, tc := range []struct {
+		commit uint64
+		beyond bool
+	}{{7, false}, {8, true}} {
+		dir := t.TempDir()
+		sf, _, err := raftlog.OpenState(vfs.OS, filepath.Join(dir, raftlog.StateFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sf.Save(raftlog.State{HardState: raftpb.HardState{Term: 2, Commit: tc.commit}, SnapIndex: 7, SnapTerm: 2, FirstOffset: 12}, true); err != nil {
+			t.Fatal(err)
+		}
+		sf.Close()
+		if err := os.WriteFile(filepath.Join(dir, "00000000000000000012.log"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ReadReplica(dir, 1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.CommitBeyond != tc.beyond || r.Committed != 12 || r.SnapIndex != 7 {
+			t.Errorf("snapshot 7, commit %d: beyond %v, committed %d, snap %d", tc.commit, r.CommitBeyond, r.Committed, r.SnapIndex)
 		}
 	}
 }
