@@ -168,19 +168,20 @@ func runChaos(t *testing.T, c *cluster, spec runSpec, cfg runConfig) summary {
 	o := w.outcome()
 	live, liveErr := w.liveReads()
 	res := Check(Input{
-		Acked:    append(o.acked, r.probes...),
-		Sent:     func(id MsgID) bool { return o.sent[id] },
-		Leader:   leader,
-		HW:       hw,
-		Replicas: replicas,
-		Live:     live,
-		Failover: r.failover,
+		Acked:     append(o.acked, r.probes...),
+		Sent:      func(id MsgID) bool { return o.sent[id] },
+		NotStored: func(id MsgID) bool { return o.notStored[id] },
+		Leader:    leader,
+		HW:        hw,
+		Replicas:  replicas,
+		Live:      live,
+		Failover:  r.failover,
 	})
 	t.Logf("%s: %d cycles in %v; attempted %d acked %d failed %d indeterminate %d unsent %d undecided %d; probes acked %d; consumed %d; hw %v; compared %v",
 		spec.name, cfg.cycles, time.Since(started).Round(time.Second), o.attempted, len(o.acked), o.failed, o.indeterminate, o.unsent, o.undecided,
 		len(r.probes), len(live), hw, res.Compared)
-	t.Logf("%s: lost %d (misplaced %d, missing on a replica %d) duplicated %d divergent %d corrupt %d phantom %d inconsistent %d behind %d; failover %v (p99 %v); pause/partition elections %v",
-		spec.name, res.Lost, res.Misplaced, res.LostOnReplica, res.Duplicated, res.Divergent, res.Corrupt, res.Phantom, res.Inconsistent, res.Behind,
+	t.Logf("%s: lost %d (misplaced %d, missing on a replica %d) duplicated %d divergent %d corrupt %d phantom %d failed-but-present %d inconsistent %d behind %d; failover %v (p99 %v); pause/partition elections %v",
+		spec.name, res.Lost, res.Misplaced, res.LostOnReplica, res.Duplicated, res.Divergent, res.Corrupt, res.Phantom, res.FailedPresent, res.Inconsistent, res.Behind,
 		roundAll(r.failover), res.FailoverP99, r.elected)
 	if len(w.sendErrs) > 0 || len(flushErrs) > 0 || liveErr != nil {
 		t.Logf("%s: send errors %v, flush errors %v, consumer %v", spec.name, w.sendErrs, flushErrs, liveErr)

@@ -24,7 +24,8 @@ import (
 //     or truncated replica that was never repaired).
 //
 // It also counts what must be zero besides: records whose payload CRC fails (corrupt),
-// messages nobody sent (phantom), records a consumer read during the run that are not at
+// messages nobody sent (phantom), messages the client failed as not stored
+// (failed-but-present), records a consumer read during the run that are not at
 // that offset in the final log (inconsistent: read, then gone or changed), and replicas
 // whose log ends below the leader's high watermark (behind).
 
@@ -66,6 +67,9 @@ type Input struct {
 	// Sent reports whether a message was ever handed to a producer: a message in the log
 	// that was not is a phantom. Nil: every message counts as sent.
 	Sent func(MsgID) bool
+	// NotStored reports whether the client failed a message as not stored
+	// (client.ErrNotStored): found in the log, it is failed-but-present. Nil: none.
+	NotStored func(MsgID) bool
 	// Leader holds the final read of each partition from its leader, in offset order, up to
 	// its high watermark HW.
 	Leader map[int32][]Record
@@ -86,6 +90,7 @@ type Result struct {
 	LostOnReplica int // acked messages missing from some replica's committed log (counted in Lost)
 	Corrupt       int
 	Phantom       int
+	FailedPresent int // messages the client failed as not stored, found in the log
 	Inconsistent  int
 	Behind        int
 	Records       int                // messages in the leader's read
@@ -98,7 +103,7 @@ type Result struct {
 
 // Failed reports whether anything that must be zero is not.
 func (r *Result) Failed() bool {
-	return r.Lost+r.Duplicated+r.Divergent+r.Corrupt+r.Phantom+r.Inconsistent+r.Behind > 0
+	return r.Lost+r.Duplicated+r.Divergent+r.Corrupt+r.Phantom+r.FailedPresent+r.Inconsistent+r.Behind > 0
 }
 
 // maxProblemsPerKind bounds Problems.
@@ -153,6 +158,10 @@ func Check(in Input) Result {
 				if in.Sent != nil && !in.Sent(rec.ID) {
 					res.Phantom++
 					res.problem("phantom", "partition %d offset %d holds message %v, never sent", p, rec.Offset, rec.ID)
+				}
+				if in.NotStored != nil && in.NotStored(rec.ID) {
+					res.FailedPresent++
+					res.problem("failed-but-present", "partition %d offset %d holds message %v, which the client failed as not stored", p, rec.Offset, rec.ID)
 				}
 			case KindCorrupt:
 				res.Corrupt++

@@ -118,6 +118,7 @@ type scenario struct {
 	acked    []Acked
 	live     []LiveRead
 	sent     map[MsgID]bool
+	failed   map[MsgID]bool
 	leader   int // the replica whose records are the leader's read
 }
 
@@ -125,7 +126,7 @@ type scenario struct {
 // entry) in the middle, every message acknowledged at its offset, every replica identical and
 // fully committed.
 func newScenario(t *testing.T) *scenario {
-	s := &scenario{t: t, sent: map[MsgID]bool{}}
+	s := &scenario{t: t, sent: map[MsgID]bool{}, failed: map[MsgID]bool{}}
 	seq := uint64(0)
 	for i, n := range []int{2, 1, 3, 0, 2, 2} {
 		if n == 0 {
@@ -178,13 +179,14 @@ func (s *scenario) check() Result {
 		}
 	}
 	return Check(Input{
-		Acked:    s.acked,
-		Sent:     func(id MsgID) bool { return s.sent[id] },
-		Leader:   map[int32][]Record{0: leader},
-		HW:       map[int32]int64{0: lead.Committed},
-		Replicas: map[int32][]*Replica{0: reps},
-		Live:     s.live,
-		Failover: []time.Duration{300 * time.Millisecond, time.Second, 700 * time.Millisecond},
+		Acked:     s.acked,
+		Sent:      func(id MsgID) bool { return s.sent[id] },
+		NotStored: func(id MsgID) bool { return s.failed[id] },
+		Leader:    map[int32][]Record{0: leader},
+		HW:        map[int32]int64{0: lead.Committed},
+		Replicas:  map[int32][]*Replica{0: reps},
+		Live:      s.live,
+		Failover:  []time.Duration{300 * time.Millisecond, time.Second, 700 * time.Millisecond},
 	})
 }
 
@@ -192,7 +194,7 @@ func (s *scenario) check() Result {
 func expect(t *testing.T, r Result, want map[string]int) {
 	t.Helper()
 	got := map[string]int{"lost": r.Lost, "duplicated": r.Duplicated, "divergent": r.Divergent, "corrupt": r.Corrupt,
-		"phantom": r.Phantom, "inconsistent": r.Inconsistent, "behind": r.Behind, "misplaced": r.Misplaced, "lost-on-replica": r.LostOnReplica}
+		"phantom": r.Phantom, "failed-but-present": r.FailedPresent, "inconsistent": r.Inconsistent, "behind": r.Behind, "misplaced": r.Misplaced, "lost-on-replica": r.LostOnReplica}
 	for k, v := range got {
 		if v != want[k] {
 			t.Errorf("%s = %d, want %d; problems:\n  %s", k, v, want[k], strings.Join(r.Problems, "\n  "))
@@ -299,13 +301,19 @@ func TestCheckDamagedReplica(t *testing.T) {
 }
 
 // TestCheckCorruptPhantomInconsistentBehind plants the other findings: a payload failing its
-// CRC in a valid batch, a message nobody sent, a live read the final log contradicts, and a
-// replica whose log ends below the high watermark.
+// CRC in a valid batch, a message nobody sent, one the client failed as not stored, a live
+// read the final log contradicts, and a replica whose log ends below the high watermark.
 func TestCheckCorruptPhantomInconsistentBehind(t *testing.T) {
 	s := newScenario(t)
 	delete(s.sent, MsgID{1, 9})
 	r := s.check()
 	expect(t, r, map[string]int{"phantom": 1})
+
+	s = newScenario(t)
+	s.acked = s.acked[1:]
+	s.failed[MsgID{1, 0}] = true
+	r = s.check()
+	expect(t, r, map[string]int{"failed-but-present": 1})
 
 	s = newScenario(t)
 	s.live = []LiveRead{{Partition: 0, Offset: 2, ID: MsgID{1, 7}, Kind: KindMessage}, {Partition: 0, Offset: 40, ID: MsgID{1, 40}, Kind: KindMessage}}

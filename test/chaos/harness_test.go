@@ -15,7 +15,8 @@ import (
 
 // TestHarnessSingleBroker runs the harness end to end on what every build has: one broker
 // process without cluster settings (a cluster of one, PROTOCOL.md section 16) behind its
-// client proxy, the workload through kill -9, SIGSTOP/SIGCONT and SIGTERM of the process,
+// client proxy, the workload through kill -9, SIGSTOP/SIGCONT and SIGTERM of the process and
+// the kill-all and rolling-restart cycles,
 // the final read from the leader and of the replica's files, and the checker, which must
 // find nothing wrong, and must find the loss planted in the history afterwards.
 func TestHarnessSingleBroker(t *testing.T) {
@@ -84,6 +85,20 @@ func TestHarnessSingleBroker(t *testing.T) {
 	}
 	step("after SIGTERM and a restart")
 
+	// Two of the fault cycles that need no second broker, as make chaos runs them.
+	r := newChaosRun(c, w, 1, wire.AcksWritten)
+	for _, kind := range []faultKind{killAll, rollingRestart} {
+		note, err := r.cycle(ctx, kind)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", kind, err, c.logs())
+		}
+		t.Logf("%s: %s", kind, note)
+		step("after " + string(kind))
+	}
+	if n.starts != 5 {
+		t.Errorf("node started %d times, want 5", n.starts)
+	}
+
 	flushErrs := w.stop(time.Minute)
 	leader, hw, err := c.readAll(ctx)
 	if err != nil {
@@ -96,7 +111,7 @@ func TestHarnessSingleBroker(t *testing.T) {
 	}
 	o := w.outcome()
 	live, liveErr := w.liveReads()
-	in := Input{Acked: o.acked, Sent: func(id MsgID) bool { return o.sent[id] }, Leader: leader, HW: hw, Replicas: replicas, Live: live}
+	in := Input{Acked: o.acked, Sent: func(id MsgID) bool { return o.sent[id] }, NotStored: func(id MsgID) bool { return o.notStored[id] }, Leader: leader, HW: hw, Replicas: replicas, Live: live}
 	res := Check(in)
 	t.Logf("attempted %d acked %d failed %d indeterminate %d; consumed %d; hw %v; compared %v; flush errors %v; consumer %v",
 		o.attempted, len(o.acked), o.failed, o.indeterminate, len(live), hw, res.Compared, flushErrs, liveErr)

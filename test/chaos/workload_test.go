@@ -278,13 +278,13 @@ func errClass(err error) string {
 // outcome is what the producers learned, for the checker and the summary.
 type outcome struct {
 	acked                                []Acked
-	sent                                 map[MsgID]bool
+	sent, notStored                      map[MsgID]bool
 	attempted, failed, unsent, undecided int
 	indeterminate                        int
 }
 
 func (w *workload) outcome() outcome {
-	o := outcome{sent: map[MsgID]bool{}}
+	o := outcome{sent: map[MsgID]bool{}, notStored: map[MsgID]bool{}}
 	for _, h := range w.prods {
 		h.mu.Lock()
 		for seq, m := range h.msgs {
@@ -295,6 +295,7 @@ func (w *workload) outcome() outcome {
 				o.acked = append(o.acked, Acked{ID: id, Partition: m.part, Offset: m.off})
 			case stFailed:
 				o.failed++
+				o.notStored[id] = true
 			case stUnsent:
 				o.unsent++
 				continue // never handed over: not sent
