@@ -120,6 +120,9 @@ func runChaos(t *testing.T, c *cluster, spec runSpec, cfg runConfig) summary {
 	if c.clustered {
 		opts = append(opts, wire.Option{Key: "replication.factor", Value: strconv.Itoa(len(c.nodes))})
 	}
+	if err := c.waitMembers(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, c.logs())
+	}
 	if err := c.createTopic(ctx, opts); err != nil {
 		t.Fatalf("%v\n%s", err, c.logs())
 	}

@@ -47,6 +47,40 @@ func (c *cluster) ask(ctx context.Context, n *node) (layout, error) {
 	return l, nil
 }
 
+// waitMembers waits until every broker's METADATA lists every broker of the cluster: the
+// members have announced themselves in the metadata group, so a topic can be placed on all.
+func (c *cluster) waitMembers(ctx context.Context) error {
+	if !c.clustered {
+		return nil
+	}
+	seen := map[uint32]int{}
+	err := pollUntil(ctx, startTimeout, 20*time.Millisecond, func() bool {
+		all := true
+		for _, n := range c.nodes {
+			r, err := c.rawConn(ctx, n)
+			if err != nil {
+				all = false
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			md, err := r.ClusterMetadata(rctx)
+			cancel()
+			if err != nil {
+				c.dropRaw(n)
+				all = false
+				continue
+			}
+			seen[n.id] = len(md.Brokers)
+			all = all && len(md.Brokers) == len(c.nodes)
+		}
+		return all
+	})
+	if err != nil {
+		return fmt.Errorf("brokers listed by each node's METADATA after %v: %v, want %d", startTimeout, seen, len(c.nodes))
+	}
+	return nil
+}
+
 // layouts asks every node that is up; errs holds why the others did not answer.
 func (c *cluster) layouts(ctx context.Context) (out map[uint32]layout, errs map[uint32]error) {
 	out, errs = map[uint32]layout{}, map[uint32]error{}
