@@ -29,6 +29,7 @@ type fakeLayout struct {
 	view     map[uint32]map[int32]uint32 // what a node reports instead, when set
 	refuse   map[uint32]int              // PRODUCEs a node answers NOT_LEADER before it accepts
 	hw       map[int32]int64
+	unknown  map[uint32]bool // nodes that answer METADATA of the topic with UNKNOWN_TOPIC
 	metaAsks int
 	onMeta   func(asks int) // called (under mu) at each METADATA
 	produced map[uint32]int // PRODUCEs accepted per node
@@ -114,6 +115,9 @@ func (f *fakeLayout) answer(id uint32, topic string, nodes int, op wire.Op, body
 		r := wire.AuthResponse{Role: 1}
 		return op, r.AppendTo(nil)
 	case wire.OpMetadata:
+		if f.unknown[id] {
+			return errorBody(wire.CodeUnknownTopic, "unknown topic")
+		}
 		f.metaAsks++
 		if f.onMeta != nil {
 			f.onMeta(f.metaAsks)
@@ -215,6 +219,22 @@ func TestLeadersFromLayouts(t *testing.T) {
 	if _, err := c.waitLeaders(ctx, 100*time.Millisecond, false, 1); err == nil || !strings.Contains(err.Error(), "avoiding [1]") {
 		t.Fatalf("waitLeaders avoiding the only leader: %v", err)
 	}
+	// A node that does not answer (here: does not know the topic) leaves no agreement.
+	f.mu.Lock()
+	f.view[3] = nil
+	f.unknown = map[uint32]bool{3: true}
+	f.mu.Unlock()
+	if got, ok := c.leadersNow(ctx, true); ok || len(got) != 0 {
+		t.Fatalf("node 3 answering UNKNOWN_TOPIC: %v %v", got, ok)
+	}
+	if _, err := c.waitLeaders(ctx, 100*time.Millisecond, true); err == nil || !strings.Contains(err.Error(), "UNKNOWN_TOPIC") {
+		t.Fatalf("waitLeaders does not say which node does not know the topic: %v", err)
+	}
+	f.mu.Lock()
+	f.unknown = nil
+	f.view[3] = map[int32]uint32{1: 1}
+	f.mu.Unlock()
+
 	// A node that is down is not asked: node 3's stale view goes with it.
 	down(c.nodes[2])
 	if got, ok := c.leadersNow(ctx, true); ok || got[1] != 2 || got[2] != 0 {

@@ -98,11 +98,15 @@ func (c *cluster) layouts(ctx context.Context) (out map[uint32]layout, errs map[
 }
 
 // leadersNow returns, for each partition, a leader that is up, not in avoid, and names
-// itself leader; with agree, every node that answered must name it too. ok reports whether
-// every partition has one.
+// itself leader; with agree, every node that is up must answer and name it too (a broker that
+// does not know the topic, say after a restart, answers UNKNOWN_TOPIC: no agreement). ok
+// reports whether every partition has one.
 func (c *cluster) leadersNow(ctx context.Context, agree bool, avoid ...uint32) (map[int32]uint32, bool) {
-	ls, _ := c.layouts(ctx)
+	ls, errs := c.layouts(ctx)
 	out := map[int32]uint32{}
+	if agree && len(errs) > 0 {
+		return out, false
+	}
 	for p := int32(0); p < int32(c.parts); p++ {
 		for id, l := range ls {
 			if l.leader[p] != id || slices.Contains(avoid, id) {
