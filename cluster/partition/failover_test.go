@@ -2,6 +2,8 @@ package partition
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -152,4 +154,54 @@ func TestFaultyNetworkPartitionedLeader(t *testing.T) {
 	if f.Dropped == 0 || f.Duplicated == 0 || f.Delayed == 0 || f.Cut == 0 {
 		t.Fatal("faults did not happen")
 	}
+}
+
+// TestFollowerLostEntries: a follower's segment file is cut while it is down, so it lost
+// entries it had acknowledged (as damage, or a power loss under fsync=never, does). Raft never
+// lowers what a member acknowledged, so without help its leader would never send them again
+// (and raft would panic on the heartbeat's commit past the follower's log). The follower
+// abstains from votes while short, the leader removes it and adds it back, and it is brought
+// up to the same bytes as the others; nothing acked is lost or stored twice.
+func TestFollowerLostEntries(t *testing.T) {
+	c := newCluster(t, 0, 3, nil)
+	l := c.leader()
+	acked := runProducers(c, 20, 200, 2, 40, 2)
+	c.quiet()
+	f := c.ids[0]
+	if f == l {
+		f = c.ids[1]
+	}
+	if err := c.stop(f); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := filepath.Glob(filepath.Join(c.nodes[f].dir, "*.log"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("segments of node %d: %v %v", f, segs, err)
+	}
+	first := segs[0]
+	fi, err := os.Stat(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs[1:] { // keep the first segment, cut in the middle
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Truncate(first, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	c.start(f)
+	if lc := c.part(f).st.LostCommit(); lc == 0 {
+		t.Fatal("the cut log was not seen as having lost committed entries")
+	}
+	more := runProducers(c, 30, 100, 2, 20, 2)
+	for k, v := range more {
+		acked[k] = v
+	}
+	c.quiet()
+	for _, id := range c.ids {
+		exactlyOnce(t, c.part(id), acked)
+	}
+	c.sameLogs(c.ids...)
 }

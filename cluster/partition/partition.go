@@ -239,7 +239,7 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Storage: p.st, Sender: cfg.Sender,
-		Apply: p.apply, Applied: commit, Advanced: p.advanced,
+		Apply: p.apply, Applied: commit, Advanced: p.advanced, LostCommit: s.LostCommit(),
 		Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		// Above what Produce lets through, so that raft never drops a proposal for its size
 		// (a drop between two batches of one producer would store the later one after a gap).

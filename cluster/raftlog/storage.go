@@ -81,6 +81,10 @@ type Storage struct {
 	hdr       [wire.MaxBatchHeaderSize]byte
 	probes    int // headers read by searches, for tests
 	cacheHits int // Entries served from the cache, for tests
+	// lostCommit is the commit index the state file recorded when Open found the log
+	// shorter (entries lost to a power loss under fsync=never, or to damage): the replica
+	// acknowledged entries it no longer holds (see LostCommit). 0 when none.
+	lostCommit uint64
 }
 
 // Options configure a Storage. The zero value gives the defaults.
@@ -231,9 +235,22 @@ func (s *Storage) recover() error {
 		// Entries that the fsync policy left unsynced were lost with the power while a
 		// later synced save (a vote) recorded their commit: raft must start within the log.
 		s.opts.Log.Logf("raftlog %s: commit index %d outside the log [%d, %d]: using %d", s.dir, hs.Commit, st.SnapIndex, s.last, min(max(hs.Commit, st.SnapIndex), s.last))
+		if hs.Commit > s.last {
+			s.lostCommit = hs.Commit
+		}
 		hs.Commit = min(max(hs.Commit, st.SnapIndex), s.last)
 	}
 	return nil
+}
+
+// LostCommit is the commit index this replica had recorded before Open found its log ending
+// below it, 0 when the log holds everything it committed. Such a replica acknowledged
+// entries it lost: it must not vote until it holds them again (replica.Config.LostCommit),
+// and its leader must forget what it acknowledged (see cluster/replica).
+func (s *Storage) LostCommit() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostCommit
 }
 
 // InitialState returns the saved HardState and ConfState.
