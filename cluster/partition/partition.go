@@ -224,6 +224,9 @@ func Open(cfg Config) (*Partition, error) {
 	if lopts.Logf == nil {
 		lopts.Logf = cfg.Logf
 	}
+	// A damaged batch is cut, not refused: the peers hold the same bytes and raft brings
+	// them back (the replica lost entries it had acknowledged: see replica.Config.LostCommit).
+	lopts.CutDamage = true
 	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways})
 	if err != nil {
 		return nil, err
