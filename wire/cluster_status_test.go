@@ -82,7 +82,9 @@ func TestClusterStatusDecodeErrors(t *testing.T) {
 		{"flags 2", body(u32(1), u8(2), u32(0), i64(0), i64(0), i64(0), u8(0), u32(0))},
 		{"more 2", body(u32(1), u8(1), u32(0), i64(0), i64(0), i64(0), u8(2), u32(0))},
 		{"4G topics", body(header, u32(0xffffffff))},
-		{"topics out of order", enc(func(m *wire.ClusterStatusResponse) { m.Topics[0].Name, m.Topics[1].Name = m.Topics[1].Name, m.Topics[0].Name })},
+		{"topics out of order", enc(func(m *wire.ClusterStatusResponse) {
+			m.Topics[0].Name, m.Topics[1].Name = m.Topics[1].Name, m.Topics[0].Name
+		})},
 		{"a topic twice", enc(func(m *wire.ClusterStatusResponse) { m.Topics[1].Name = m.Topics[0].Name })},
 		{"topic name 250", body(header, u32(1), str(strings.Repeat("t", 250)), u32(0))},
 		{"1025 partitions", body(header, u32(1), str("t"), u32(1025), rep(1025*wire.ClusterPartitionStatusSize, "\x00"))},
