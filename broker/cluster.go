@@ -83,19 +83,15 @@ func (s *Server) startCluster() error {
 	n.router.Add(cmeta.Group, store.Replica())
 	s.cluster = n
 	s.pids.inCluster(s.nodeID())
-	// The channel is taken before each reconcile reads the state (Store.Watch), so that a
-	// change applied meanwhile (a restarted replica replays its committed entries at once)
-	// wakes run instead of being missed until the next one.
-	changed := store.Watch()
-	n.reconcile() // what the metadata replica held at its last stop
+	changed := store.Watch() // before reconcile reads the state: no change falls between
+	n.reconcile()            // what the metadata replica held at its last stop
 	go n.run(changed)
 	n.log.Info().Str("cluster_addr", tr.Addr().String()).Uint64("node_id", n.id).Str("peers", cc.describePeers()).Msg("cluster member started")
 	return nil
 }
 
-// run reconciles the topic table with the metadata whenever it changes (changed: the Watch
-// channel taken before the last reconcile), and announces this broker's addresses until the
-// metadata has them.
+// run reconciles the topic table with the metadata whenever it changes, and announces this
+// broker's addresses until the metadata has them.
 func (n *clusterNode) run(changed <-chan struct{}) {
 	defer close(n.done)
 	announce := time.NewTimer(0)
