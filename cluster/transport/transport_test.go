@@ -375,13 +375,16 @@ func TestPeerStats(t *testing.T) {
 		}
 		return len(nodes[2].in.from(1)) >= 10
 	})
-	st := nodes[1].tr.PeerStats()
-	if len(st) != 1 || st[0].Node != 2 || st[0].Addr != nodes[2].tr.Addr().String() || !st[0].Connected {
-		t.Fatalf("stats %+v: want node 2 at %s, connected", st, nodes[2].tr.Addr())
-	}
+	// The writer counts a frame once its Write returned, which may be after the receiver
+	// has it: wait for the count to cover what arrived.
 	got := uint64(len(nodes[2].in.from(1)))
-	if st[0].Sent < got || st[0].SentBytes < st[0].Sent*frameHeaderSize {
-		t.Fatalf("sent %d messages in %d bytes; node 2 received %d", st[0].Sent, st[0].SentBytes, got)
+	var st []PeerStats
+	nodes[2].in.waitFor(t, "the sent count to cover what arrived", func() bool {
+		st = nodes[1].tr.PeerStats()
+		return len(st) == 1 && st[0].Sent >= got
+	})
+	if st[0].Node != 2 || st[0].Addr != nodes[2].tr.Addr().String() || !st[0].Connected || st[0].SentBytes < st[0].Sent*frameHeaderSize {
+		t.Fatalf("stats %+v: want node 2 at %s, connected, %d or more sent in frames", st, nodes[2].tr.Addr(), got)
 	}
 
 	// A peer whose address nobody listens on: every message is dropped, every dial fails.
