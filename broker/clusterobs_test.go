@@ -264,7 +264,8 @@ func TestClusterStatusPages(t *testing.T) {
 // one broker leads each partition (leading 1) and every broker names it; terms, commit,
 // applied indexes and high watermarks agree; the leader shows every replica caught up
 // (lag 0, active 1, match at its commit index) and the others show no replica series; the
-// metadata group has one leader everyone names; every peer connection is up and has sent.
+// metadata group has one leader everyone names; every broker has each peer's series, and its
+// connection to every leader is up and has carried messages.
 func TestClusterMetrics(t *testing.T) {
 	tc := startClusterWith(t, 3, func(c *Config) { c.HTTPAddr = "127.0.0.1:0" })
 	tc.createReplicated("events", 2)
@@ -343,7 +344,12 @@ func TestClusterMetrics(t *testing.T) {
 				}
 			}
 		}
+		leaders := map[int]bool{} // node ids that lead something: every other broker answers them
+		for p := range 2 {
+			leaders[int(get(0, "lightq_cluster_partition_leader_node", lbl("topic=events,partition="+strconv.Itoa(p))))] = true
+		}
 		metaLeader := get(0, "lightq_cluster_meta_leader_node", "")
+		leaders[int(metaLeader)] = true
 		for i := range tc.brokers {
 			if v := get(i, "lightq_cluster_meta_leader_node", ""); v != metaLeader || v < 1 || v > 3 {
 				return fmt.Sprintf("metadata leader %v on broker %d, %v on broker 1", v, i+1, metaLeader)
@@ -355,9 +361,15 @@ func TestClusterMetrics(t *testing.T) {
 				if j == i {
 					continue
 				}
+				// A broker connects to a peer when it has something to send: to a leader (of
+				// a partition or the metadata) it answers, at least.
 				pe := lbl("peer=" + strconv.Itoa(j+1))
-				if get(i, "lightq_cluster_peer_connected", pe) != 1 || get(i, "lightq_cluster_peer_sent_messages_total", pe) < 1 || get(i, "lightq_cluster_peer_sent_bytes_total", pe) < 1 {
-					return fmt.Sprintf("broker %d's peer %d: connected %v, sent %v", i+1, j+1, get(i, "lightq_cluster_peer_connected", pe), get(i, "lightq_cluster_peer_sent_messages_total", pe))
+				conn, sent := get(i, "lightq_cluster_peer_connected", pe), get(i, "lightq_cluster_peer_sent_messages_total", pe)
+				if conn < 0 || sent < 0 || get(i, "lightq_cluster_peer_dropped_messages_total", pe) < 0 || get(i, "lightq_cluster_peer_queued_messages", pe) < 0 {
+					return fmt.Sprintf("broker %d has no series of peer %d", i+1, j+1)
+				}
+				if leaders[j+1] && (conn != 1 || sent < 1 || get(i, "lightq_cluster_peer_sent_bytes_total", pe) < 1) {
+					return fmt.Sprintf("broker %d's peer %d, a leader: connected %v, sent %v", i+1, j+1, conn, sent)
 				}
 			}
 		}
