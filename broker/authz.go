@@ -57,6 +57,7 @@ var opNeeds = [256]need{
 	wire.OpCreateTopic: needAdmin, wire.OpDeleteTopic: needAdmin,
 	wire.OpCreateUser: needAdmin, wire.OpDeleteUser: needAdmin, wire.OpSetPassword: needAdmin,
 	wire.OpGrant: needAdmin, wire.OpRevoke: needAdmin, wire.OpListUsers: needAdmin,
+	wire.OpClusterStatus: needAdmin,
 
 	// Named topics need a role on them; the lists of every topic show only those.
 	wire.OpMetadata: needAnyRole, wire.OpStats: needAnyRole,

@@ -22,6 +22,12 @@ type testCluster struct {
 
 func startCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each broker's Config changed by mutate (may be nil).
+func startClusterWith(t *testing.T, n int, mutate func(*Config)) *testCluster {
+	t.Helper()
 	tc := &testCluster{t: t}
 	peers := map[uint64]string{}
 	for i := 1; i <= n; i++ {
@@ -31,6 +37,9 @@ func startCluster(t *testing.T, n int) *testCluster {
 		cfg := testConfig(t)
 		cfg.NodeID = uint32(i)
 		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte("a-test-cluster-secret")}
+		if mutate != nil {
+			mutate(&cfg)
+		}
 		tc.cfgs = append(tc.cfgs, cfg)
 		tc.brokers = append(tc.brokers, startWith(t, cfg))
 	}

@@ -43,6 +43,7 @@ const (
 	OpGrant          Op = 0x17
 	OpRevoke         Op = 0x18
 	OpListUsers      Op = 0x19
+	OpClusterStatus  Op = 0x1F
 	OpProduce        Op = 0x20
 	OpInitProducer   Op = 0x21
 	OpSubscribe      Op = 0x30
@@ -72,7 +73,7 @@ var opNames = map[Op]string{
 	OpRevoke: "REVOKE", OpListUsers: "LIST_USERS",
 	OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
 	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
-	OpDescribeGroup: "DESCRIBE_GROUP",
+	OpDescribeGroup: "DESCRIBE_GROUP", OpClusterStatus: "CLUSTER_STATUS",
 }
 
 func (o Op) String() string {

@@ -272,8 +272,8 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 30 {
-		t.Errorf("%d known ops, want 30", known)
+	if known != 31 {
+		t.Errorf("%d known ops, want 31", known)
 	}
 }
 

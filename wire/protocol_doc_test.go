@@ -250,6 +250,8 @@ var bodyTypes = []struct {
 	{wire.OpListGroups, true, func() wireBody { return new(wire.ListGroupsResponse) }},
 	{wire.OpDescribeGroup, false, func() wireBody { return new(wire.DescribeGroup) }},
 	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
+	{wire.OpClusterStatus, false, func() wireBody { return new(wire.ClusterStatus) }},
+	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.

@@ -168,6 +168,10 @@ type Partition struct {
 	// hw is the high watermark (lock-free; written by the replica's goroutine).
 	hw atomic.Int64
 
+	// Guarded by mu too: the last term in which this replica saw a leader, and the terms it
+	// saw one in since Open (Status.LeaderChanges).
+	leaderTerm, leaderChanges uint64
+
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
 	ckMu    sync.Mutex
@@ -345,6 +349,10 @@ func (p *Partition) advanced(st replica.Status) {
 	off, offErr := p.st.OffsetAfter(st.Applied)
 	p.mu.Lock()
 	p.status = st
+	if st.Leader != 0 && st.Term != p.leaderTerm {
+		p.leaderTerm = st.Term
+		p.leaderChanges++
+	}
 	p.dd.advance(st.Applied)
 	var lead uint64
 	if st.IsLeader {

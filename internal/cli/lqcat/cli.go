@@ -28,6 +28,7 @@ const usage = `Usage:
   lqcat acl grant|revoke|list ...          users' roles on topics (lqcat acl --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
   lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
+  lqcat cluster status [-t TOPIC] [-J]     replicated partitions: leaders, replicas, replica lag (lqcat cluster --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same
 letter and meaning.
@@ -59,9 +60,9 @@ Connection and credentials:
   --admin-user U --admin-password P
                           an admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
   Produce, consume, -L, stats and group use the user when a password is given for it, else
-  the admin; topic create and delete, user and acl need an admin. Credentials on the command
-  line win over the environment: with --admin-user/--admin-password and no --user/--password,
-  $LIGHTQ_USER and $LIGHTQ_PASSWORD are ignored. Prefer the environment to flags
+  the admin; topic create and delete, user, acl and cluster need an admin. Credentials on the
+  command line win over the environment: with --admin-user/--admin-password and no
+  --user/--password, $LIGHTQ_USER and $LIGHTQ_PASSWORD are ignored. Prefer the environment to flags
   for passwords (flags show in ps). lqcat never prints a password. These flags, -J, -q, -v
   and -X may come before a subcommand too: lqcat -b HOST:PORT topic list.
 
@@ -130,7 +131,8 @@ JSON (-J): one object per line, the same for -C (output) and -P (input):
   offset, so -C -J | -P -J copies keys, values, headers, partitions and timestamps exactly.
 
 Other flags:
-  -J           JSON output for -L, topic list, stats, group, user list and acl list
+  -J           JSON output for -L, topic list, stats, group, user list, acl list and
+               cluster status
   -q           no warnings
   -v           say what was done (on stderr)
   -V           print the version (module, VCS revision and time, Go) and exit
@@ -293,6 +295,8 @@ func (r *runner) run(ctx context.Context, args []string) error {
 			return r.userCmd(ctx, args[1:])
 		case "acl":
 			return r.aclCmd(ctx, args[1:])
+		case "cluster":
+			return r.clusterCmd(ctx, args[1:])
 		case "help", "-h", "-help", "--help":
 			io.WriteString(r.stdout, usage)
 			return errHelp
@@ -315,7 +319,7 @@ func commonFlagsFirst(args []string) []string {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
 			switch a {
-			case "topic", "stats", "group", "user", "acl":
+			case "topic", "stats", "group", "user", "acl", "cluster":
 				if i == 0 {
 					return args
 				}
@@ -419,6 +423,11 @@ const (
 
 // connect dials the broker and logs in with the credentials who names.
 func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, error) {
+	return r.connectTo(ctx, r.c.broker, who)
+}
+
+// connectTo is connect to the broker at addr (another broker of -b's cluster).
+func (r *runner) connectTo(ctx context.Context, addr string, who credentials) (*client.Conn, error) {
 	c := &r.c
 	admin := who == adminOnly
 	user, pass := c.user, c.password
@@ -437,7 +446,7 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 	if name == "" {
 		name = "lqcat"
 	}
-	conn, err := client.Dial(ctx, c.broker, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout, TLS: c.tls.options()})
+	conn, err := client.Dial(ctx, addr, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout, TLS: c.tls.options()})
 	if err == nil {
 		return conn, nil
 	}
@@ -445,16 +454,16 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 	if errors.As(err, &we) && !errors.Is(err, client.ErrConnectionLost) {
 		switch we.Code {
 		case wire.CodeAuthFailed:
-			return nil, withCode(ExitAuth, fmt.Errorf("authentication failed for user %q at %s: wrong user or password", user, c.broker))
+			return nil, withCode(ExitAuth, fmt.Errorf("authentication failed for user %q at %s: wrong user or password", user, addr))
 		case wire.CodeTooManyAttempts:
-			return nil, withCode(ExitAuth, fmt.Errorf("%s refuses this login for a while (too many failed attempts): %s", c.broker, we.Message))
+			return nil, withCode(ExitAuth, fmt.Errorf("%s refuses this login for a while (too many failed attempts): %s", addr, we.Message))
 		}
-		return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %w", c.broker, err))
+		return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %w", addr, err))
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %s", c.broker, dialCause(err)))
+	return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %s", addr, dialCause(err)))
 }
 
 // reqCtx bounds one administrative request.
