@@ -101,6 +101,7 @@ func (n *clusterNode) buildTopic(st *cmeta.State, ct *cmeta.Topic) *topic {
 		p.dlog = d
 		if err != nil {
 			d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, err)
+			rp.broken = true
 			continue
 		}
 		wake := p.wakeAll
@@ -113,6 +114,7 @@ func (n *clusterNode) buildTopic(st *cmeta.State, ct *cmeta.Topic) *topic {
 		})
 		if err != nil {
 			d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, err)
+			rp.broken = true
 			logger.Error().Err(err).Msg("replica cannot be opened; its data is left untouched for repair")
 			continue
 		}

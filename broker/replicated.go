@@ -20,6 +20,7 @@ type replPart struct {
 	group    uint64
 	replicas []uint64
 	part     *cpart.Partition
+	broken   bool // a replica is placed here but could not be opened: the leader is unknown here
 }
 
 // leader is the node that leads the partition as far as this broker knows: its replica's
@@ -28,7 +29,7 @@ func (rp *replPart) leader() uint64 {
 	if rp.part != nil {
 		return rp.part.Replica().Status().Leader
 	}
-	if len(rp.replicas) > 0 {
+	if len(rp.replicas) > 0 && !rp.broken {
 		return rp.replicas[0]
 	}
 	return 0
