@@ -97,6 +97,8 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleListGroups(h.Corr, body)
 	case wire.OpDescribeGroup:
 		c.handleDescribeGroup(h.Corr, body)
+	case wire.OpFindCoordinator:
+		c.handleFindCoordinator(h.Corr, body)
 	default:
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
 	}

@@ -92,7 +92,7 @@ func refusalOf(code wire.Code) refusal {
 		wire.CodeCorruptBatch, wire.CodeMessageTooLarge, wire.CodeNotSupported,
 		wire.CodeOffsetOutOfRange, wire.CodeUnknownSubscription,
 		wire.CodeUserExists, wire.CodeUnknownUser,
-		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty:
+		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty, wire.CodeNotCoordinator:
 		return refusal{} // refused for what it is: sending it again cannot help
 	case wire.CodeOutOfOrderSequence, wire.CodeProducerFenced, wire.CodeUnknownProducer:
 		// Answers to an idempotent batch (PROTOCOL.md section 15): never stored. The producer

@@ -250,6 +250,8 @@ var bodyTypes = []struct {
 	{wire.OpListGroups, true, func() wireBody { return new(wire.ListGroupsResponse) }},
 	{wire.OpDescribeGroup, false, func() wireBody { return new(wire.DescribeGroup) }},
 	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
+	{wire.OpFindCoordinator, false, func() wireBody { return new(wire.FindCoordinator) }},
+	{wire.OpFindCoordinator, true, func() wireBody { return new(wire.FindCoordinatorResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.
@@ -544,6 +546,7 @@ func protocolExamples() []protocolExample {
 	groupExamples(add, body)
 	ex = append(ex, idempotenceExamples()...)
 	ex = append(ex, clusterExamples()...)
+	ex = append(ex, coordinatorExamples()...)
 	return append(ex, replicationExamples()...)
 }
 
