@@ -191,6 +191,16 @@ func (n *clusterNode) closeTransport() {
 	}
 }
 
+// ClusterAddr is the address of the cluster port (with the real port when the cluster
+// settings said port 0), or "" without cluster settings or before Start. Safe for
+// concurrent use after Start returned.
+func (s *Server) ClusterAddr() string {
+	if s.cluster == nil {
+		return ""
+	}
+	return s.cluster.tr.Addr().String()
+}
+
 // advertisedAddr is the client address METADATA gives for this broker.
 func (s *Server) advertisedAddr() string {
 	if a := s.cfg.Cluster.AdvertiseAddr; a != "" {
