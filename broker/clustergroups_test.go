@@ -19,7 +19,7 @@ const (
 
 // groupCluster starts three brokers and a replicated topic of 4 partitions, and waits until
 // every broker serves the topic and the cluster's offsets topic.
-func groupCluster(t *testing.T) *testCluster {
+func groupCluster(t testing.TB) *testCluster {
 	t.Helper()
 	tc := startCluster(t, 3)
 	admin := login(t, tc.brokers[0].Addr(), testAdminUser, testAdminPass)
@@ -109,7 +109,7 @@ func (tc *testCluster) others(i int) []int {
 // told (releasing what the last answer took away at once, as a consumer that commits and
 // lets go would), on a connection to the coordinator.
 type groupMember struct {
-	t     *testing.T
+	t     testing.TB
 	id    wire.MemberID
 	c     *rawClient
 	gen   uint32
@@ -375,4 +375,33 @@ func topicNames(md wire.MetadataResponse) []string {
 		out = append(out, tm.Name)
 	}
 	return out
+}
+
+// BenchmarkClusterCommit: COMMIT_OFFSETs through a coordinator of the in-process 3-broker
+// cluster, 64 in flight on one connection, each answered once a majority of the offsets
+// partition's replicas fsynced it (BenchmarkCommitThroughput is the single broker's).
+func BenchmarkClusterCommit(b *testing.B) {
+	tc := groupCluster(b)
+	coord := tc.coordinator(cgGroup)
+	c := login(b, tc.brokers[coord].Addr(), cgUser, cgPass)
+	const window = 64
+	corrs := make([]uint32, 0, window)
+	drain := func() {
+		for _, corr := range corrs {
+			c.expectResponse(wire.OpCommitOffset, corr)
+		}
+		corrs = corrs[:0]
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		m := wire.CommitOffset{Group: cgGroup, Topic: cgTopic, Partition: uint32(i % 4), Offset: int64(i)}
+		corrs = append(corrs, c.send(wire.OpCommitOffset, m.AppendTo(nil)))
+		if len(corrs) == window {
+			drain()
+		}
+	}
+	drain()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 }
