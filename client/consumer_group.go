@@ -121,6 +121,17 @@ func (m *membership) sessionContext() (context.Context, context.CancelFunc) {
 	return context.WithCancel(m.ctx)
 }
 
+// answerContext is m.ctx bounded by d and by the local session deadline, if one is known:
+// how long a heartbeat's answer is waited for.
+func (m *membership) answerContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(m.ctx, d)
+	if dl := m.deadline(); !dl.IsZero() {
+		dctx, dcancel := context.WithDeadline(ctx, dl)
+		return dctx, func() { dcancel(); cancel() }
+	}
+	return ctx, cancel
+}
+
 // expired reports whether the local session deadline passed with no answer since.
 func (m *membership) expired() bool {
 	d := m.deadline()
@@ -207,7 +218,10 @@ func (k *Consumer) heartbeater() {
 			r := hbResult{epoch: epoch, via: hc}
 			var body []byte
 			if err == nil {
-				ctx, cancel := context.WithTimeout(m.ctx, wait+c.opts.RequestTimeout)
+				// The answer is waited for up to the local session deadline too: a broker that
+				// went silent (a machine lost, a network cut: no close comes) must not keep
+				// the member processing past it, while others may be given its partitions.
+				ctx, cancel := m.answerContext(wait + hc.opts.RequestTimeout)
 				defer cancel()
 				body, err = call.wait(ctx)
 			}

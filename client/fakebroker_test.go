@@ -63,7 +63,10 @@ type fakeBroker struct {
 	nextPID   int64
 	inits     []wire.InitProducer
 	producers map[fakePKey]*fakePState
-	wg        sync.WaitGroup
+	// opHook, when set, sees every frame first (called without mu) and handles it when it
+	// returns true: a test's own answers to requests the fake does not serve (groups).
+	opHook func(fc *fakeConn, h wire.Header, body []byte) bool
+	wg     sync.WaitGroup
 }
 
 type fakePKey struct {
@@ -372,6 +375,12 @@ func (fc *fakeConn) serve() {
 
 func (fc *fakeConn) handle(h wire.Header, body []byte) {
 	fb := fc.fb
+	fb.mu.Lock()
+	hook := fb.opHook
+	fb.mu.Unlock()
+	if hook != nil && hook(fc, h, body) {
+		return
+	}
 	switch h.Op {
 	case wire.OpHello:
 		resp := wire.HelloResponse{ProtocolVersion: wire.Version, BrokerVersion: "fake", Limits: fb.limits}
