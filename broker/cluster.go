@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -37,6 +38,12 @@ type clusterNode struct {
 	cond    *sync.Cond
 	applied uint64 // the metadata index the topic table reflects
 
+	// offsets is the cluster's offsets topic as served here (coordinator.go); nil until the
+	// metadata has it. Written by reconcile, read anywhere.
+	offsets atomic.Pointer[offsetsTable]
+	purge   chan struct{} // cap 1: purge the offsets of deleted topics (purgeOffsets)
+	purging purgeSet
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -50,7 +57,7 @@ func metaDir(dataDir string) string { return filepath.Join(dataDir, "cluster", "
 func (s *Server) startCluster() error {
 	cc := &s.cfg.Cluster
 	n := &clusterNode{srv: s, id: uint64(s.nodeID()), router: replica.NewRouter(),
-		log: s.log.With().Str("component", "cluster").Logger(), stop: make(chan struct{}), done: make(chan struct{})}
+		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	n.cond = sync.NewCond(&n.mu)
 	listen := cc.Listen
 	if listen == "" {
@@ -95,13 +102,14 @@ func (s *Server) startCluster() error {
 	return nil
 }
 
-// run reconciles the topic table with the metadata whenever it changes, and announces this
-// broker's addresses until the metadata has them.
+// run reconciles the topic table with the metadata whenever it changes, announces this
+// broker's addresses until the metadata has them, sees that the offsets topic exists, and
+// purges the committed offsets of deleted topics.
 func (n *clusterNode) run(changed <-chan struct{}) {
 	defer close(n.done)
 	announce := time.NewTimer(0)
 	defer announce.Stop()
-	announced := false
+	announced, haveOffsets := false, false
 	for {
 		select {
 		case <-n.stop:
@@ -109,12 +117,20 @@ func (n *clusterNode) run(changed <-chan struct{}) {
 		case <-changed:
 			changed = n.meta.Watch()
 			n.reconcile()
+			n.purgeOffsets()
+		case <-n.purge:
+			n.purgeOffsets()
+			continue
 		case <-announce.C:
 		}
 		if !announced {
-			if announced = n.announce(); !announced {
-				announce.Reset(500 * time.Millisecond)
-			}
+			announced = n.announce()
+		}
+		if announced {
+			haveOffsets = n.ensureOffsetsTopic()
+		}
+		if !announced || !haveOffsets {
+			announce.Reset(500 * time.Millisecond)
 		}
 	}
 }
@@ -162,11 +178,12 @@ func (n *clusterNode) setApplied(index uint64) {
 	n.mu.Unlock()
 }
 
-// close stops reconciling, the replicas' transport and the metadata group. The partitions'
+// close stops reconciling, the offsets replicas and the metadata group. The partitions'
 // replicas are closed with their topics (Server.closeTopics).
 func (n *clusterNode) close() {
 	close(n.stop)
 	<-n.done
+	n.closeOffsets()
 	if err := n.meta.Close(); err != nil {
 		n.log.Warn().Err(err).Msg("closing the cluster metadata")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lightq/lightq/broker/auth"
@@ -40,6 +41,10 @@ func (n *clusterNode) reconcile() {
 	var gone []*topic
 	built := map[string]*topic{}
 	for _, ct := range st.Topics() {
+		if ct.Name == offsetsTopicName {
+			n.reconcileOffsets(ct)
+			continue
+		}
 		t := topics[ct.Name]
 		switch {
 		case t != nil && t.cluster == nil:
@@ -84,8 +89,7 @@ func (n *clusterNode) buildTopic(st *cmeta.State, ct *cmeta.Topic) *topic {
 		n.log.Error().Err(err).Str("topic", ct.Name).Msg("cluster topic with options this broker does not take; its partitions here cannot be served")
 	}
 	t := newTopic(ct.Name, ct.Kind, ct.User, ct.Options, len(ct.Partitions), 0, 0)
-	t.cluster = &clusterTopic{created: ct.CreatedAt}
-	s.offsets.create(ct.Name)
+	t.cluster = &clusterTopic{created: ct.CreatedAt} // committed offsets: in the offsets topic (coordinator.go)
 	for i, p := range t.parts {
 		a := ct.Partitions[i]
 		rp := &replPart{group: a.Group, replicas: a.Replicas}
@@ -153,6 +157,9 @@ func (n *clusterNode) removeTopic(t *topic, st *cmeta.State) {
 // serves it. Runs on a worker, without adminMu (reconcile takes it to apply the change).
 func (s *Server) createClusterTopic(m *wire.CreateTopic, mt meta.Topic, shape topicShape) error {
 	n := s.cluster
+	if strings.HasPrefix(m.Name, reservedPrefix) {
+		return answer(wire.CodeInvalidRequest, "topic %q: names starting with %q are reserved for the cluster's own topics", m.Name, reservedPrefix)
+	}
 	if t := (*s.topics.Load())[m.Name]; t != nil {
 		return answer(wire.CodeTopicExists, "topic %q exists", m.Name)
 	}

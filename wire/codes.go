@@ -70,6 +70,8 @@ const (
 	// Replication (PROTOCOL.md section 16).
 	CodeNotLeader          Code = 41 // this broker does not lead the partition: refresh METADATA (cluster flag) and go to the leader; nothing done
 	CodeReplicationTimeout Code = 42 // the leader did not hear a quorum in time: the batch may or may not be stored
+	// Consumer groups in a cluster (PROTOCOL.md sections 10.1 and 16).
+	CodeNotCoordinator Code = 46 // this broker does not coordinate the group (or is loading it): FIND_COORDINATOR and go there; nothing done
 )
 
 type codeInfo struct {
@@ -116,6 +118,7 @@ var codeTable = map[Code]codeInfo{
 	CodeGroupNotEmpty:       {"GROUP_NOT_EMPTY", false},
 	CodeNotLeader:           {"NOT_LEADER", false},
 	CodeReplicationTimeout:  {"REPLICATION_TIMEOUT", false},
+	CodeNotCoordinator:      {"NOT_COORDINATOR", false},
 }
 
 func (c Code) String() string {

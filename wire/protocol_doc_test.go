@@ -252,6 +252,8 @@ var bodyTypes = []struct {
 	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
 	{wire.OpClusterStatus, false, func() wireBody { return new(wire.ClusterStatus) }},
 	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
+	{wire.OpFindCoordinator, false, func() wireBody { return new(wire.FindCoordinator) }},
+	{wire.OpFindCoordinator, true, func() wireBody { return new(wire.FindCoordinatorResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.
@@ -546,6 +548,7 @@ func protocolExamples() []protocolExample {
 	groupExamples(add, body)
 	ex = append(ex, idempotenceExamples()...)
 	ex = append(ex, clusterExamples()...)
+	ex = append(ex, coordinatorExamples()...)
 	return append(ex, replicationExamples()...)
 }
 
