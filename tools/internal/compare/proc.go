@@ -19,6 +19,7 @@ import (
 // server is a broker process started by this tool in its own process group.
 type server struct {
 	name string
+	role string // what its CPU is reported as: "server", or in a cluster "leader", "follower1", ...
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
 	done chan struct{}
@@ -37,7 +38,7 @@ func startServer(name string, env []string, path string, args ...string) (*serve
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	s := &server{name: name, cmd: cmd, log: &out, done: make(chan struct{})}
+	s := &server{name: name, role: "server", cmd: cmd, log: &out, done: make(chan struct{})}
 	go func() { s.err = cmd.Wait(); close(s.done) }()
 	return s, nil
 }
