@@ -241,10 +241,24 @@ func TestSetLeader(t *testing.T) {
 	if b.srv != b.members[1] || b.members[0].role != "follower1" || b.members[1].role != "leader" || b.members[2].role != "follower2" {
 		t.Errorf("roles %s %s %s", b.members[0].role, b.members[1].role, b.members[2].role)
 	}
-	s := sample{"cpu_gb_total": 3, "cpu_gb_follower1": 0.5, "cpu_gb_follower2": 0.75}
-	s.sumFollowers()
-	if s["cpu_gb_followers"] != 1.25 {
-		t.Errorf("followers %v", s["cpu_gb_followers"])
+	s := sample{"cpu_gb_total": 3, "cpu_gb_leader": 1.25, "cpu_gb_follower1": 0.5, "cpu_gb_follower2": 0.75, "cpu_gb_pub": 0.5, "pub": 9}
+	s.deriveCPU()
+	if s["cpu_gb_followers"] != 1.25 || s["cpu_gb_busiest"] != 1.25 {
+		t.Errorf("followers %v, busiest %v; want 1.25, 1.25", s["cpu_gb_followers"], s["cpu_gb_busiest"])
+	}
+	s["cpu_gb_follower2"] = 2
+	s.deriveCPU() // again, after a change: the aggregates are not counted as processes
+	if s["cpu_gb_followers"] != 2.5 || s["cpu_gb_busiest"] != 2 {
+		t.Errorf("again: followers %v, busiest %v; want 2.5, 2", s["cpu_gb_followers"], s["cpu_gb_busiest"])
+	}
+	single := sample{"cpu_gb_total": 2, "cpu_gb_broker": 0.8, "cpu_gb_pub": 1.2}
+	single.deriveCPU()
+	if _, ok := single["cpu_gb_followers"]; ok || single["cpu_gb_busiest"] != 1.2 {
+		t.Errorf("one broker: %v", single)
+	}
+	none := sample{"pub": 1}
+	if none.deriveCPU(); len(none) != 1 {
+		t.Errorf("no CPU figures: %v", none)
 	}
 	if k := cpuGBKey("server"); k != "cpu_gb_broker" {
 		t.Errorf("cpuGBKey(server) = %s", k)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/lightq/lightq/wire"
 )
@@ -80,6 +81,7 @@ func (r *runner) replicatedDurableCase(pol replPolicy, size int) caseDef {
 	}
 	single := &shareDef{denSide: "ref", denKey: "pub", of: "single-node", pct: true}
 	cpuShare := &shareDef{denSide: "ref", denKey: "cpu_gb_total", of: "single-node's"}
+	busiestShare := &shareDef{denSide: "ref", denKey: "cpu_gb_busiest", of: "single-node's"}
 	gb := " per GB produced"
 	rows := []rowDef{
 		{key: "pub", label: "msgs/s produce (to the leader)", target: vsNATS},
@@ -91,9 +93,12 @@ func (r *runner) replicatedDurableCase(pol replPolicy, size int) caseDef {
 		{key: "cpu_gb_pub", label: "CPU s" + gb + ", producer", lowerBetter: true},
 		{key: "cpu_gb_total", label: "CPU s" + gb + ", all processes", lowerBetter: true},
 		{key: "cpu_gb_total", label: "CPU s" + gb + ", all: replicated / single-node", share: cpuShare},
+		{key: "cpu_gb_busiest", label: "CPU s" + gb + ", the busiest process", lowerBetter: true},
+		{key: "cpu_gb_busiest", label: "CPU s" + gb + ", the busiest process: replicated / single-node", share: busiestShare},
 		{key: "cpu_gb_broker", label: "single-node CPU s" + gb + ", broker", ref: true},
 		{key: "cpu_gb_pub", label: "single-node CPU s" + gb + ", producer", ref: true},
 		{key: "cpu_gb_total", label: "single-node CPU s" + gb + ", all", ref: true},
+		{key: "cpu_gb_busiest", label: "single-node CPU s" + gb + ", the busiest process", ref: true},
 		{key: "cpu_cores", label: "cores busy while producing (the machine has 2)", noRatio: true},
 		{key: "cpu_cores", label: "single-node: cores busy while producing", ref: true},
 		{key: "pub_s", label: "seconds producing", noRatio: true},
@@ -131,7 +136,11 @@ func (r *runner) lqSingleRef(ctx context.Context, size int, pol replPolicy) (sam
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
-		return m.lqDurableRun(ctx, r.replBytes(), size, pol.fsync, pol.acks, thenReadBack, true)
+		if err := m.lqDurableRun(ctx, r.replBytes(), size, pol.fsync, pol.acks, thenReadBack, true); err != nil {
+			return err
+		}
+		m.s.deriveCPU()
+		return nil
 	})
 }
 
@@ -149,7 +158,7 @@ func (r *runner) lqReplicated(ctx context.Context, size int, pol replPolicy) (sa
 		if err := m.lqDurableRun(ctx, r.replBytes(), size, pol.fsync, pol.acks, thenReadBack, true); err != nil {
 			return err
 		}
-		m.s.sumFollowers()
+		m.s.deriveCPU()
 		return nil
 	})
 }
@@ -172,16 +181,33 @@ func (r *runner) natsReplicated(ctx context.Context, size int, pol replPolicy) (
 		if err := m.natsJSRun(ctx, size, thenReadBack, clusterSize, true); err != nil {
 			return err
 		}
-		m.s.sumFollowers()
+		m.s.deriveCPU()
 		return nil
 	})
 }
 
-// sumFollowers adds the two followers' CPU per GB up (each one's stays in the sample).
-func (s sample) sumFollowers() {
-	if _, ok := s["cpu_gb_total"]; ok {
+// deriveCPU adds the figures derived from the per-process CPU per GB of a measurement:
+// cpu_gb_followers, the two followers' together (each one's stays in the sample), and
+// cpu_gb_busiest, the busiest process's. Nothing without CPU figures; recomputing is
+// harmless (loadRaw derives them for -raw files written before they existed).
+func (s sample) deriveCPU() {
+	if _, ok := s["cpu_gb_total"]; !ok {
+		return
+	}
+	if _, ok := s["cpu_gb_follower1"]; ok {
 		s["cpu_gb_followers"] = s["cpu_gb_follower1"] + s["cpu_gb_follower2"]
 	}
+	busiest := 0.0
+	for k, v := range s {
+		switch k {
+		case "cpu_gb_total", "cpu_gb_followers", "cpu_gb_busiest":
+		default:
+			if strings.HasPrefix(k, "cpu_gb_") {
+				busiest = max(busiest, v)
+			}
+		}
+	}
+	s["cpu_gb_busiest"] = busiest
 }
 
 // replicatedLatencyCase: produce-to-ack latency at -latency-rate msg/s of 100 B for

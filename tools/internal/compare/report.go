@@ -458,6 +458,7 @@ func (r *report) loadRaw(path string) error {
 	r.duration = time.Duration(f.DurationS * float64(time.Second))
 	r.hasNATS = false
 	for _, m := range f.Measurements {
+		m.Values.deriveCPU()
 		r.add(m.Case, m.Broker, m.Round-1, m.Values)
 		r.hasNATS = r.hasNATS || m.Broker == "nats"
 	}
