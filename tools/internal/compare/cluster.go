@@ -46,19 +46,15 @@ func (r *runner) startLightQCluster(ctx context.Context, opts []wire.Option) (*b
 	dir := r.tempDir("lightq-cluster")
 	b := &brokerRun{dir: dir}
 	addrs := make([]string, clusterSize)
-	ports := make([]int, clusterSize)
 	peers := make([]string, clusterSize)
+	free, err := freePorts(2 * clusterSize) // a client port and a cluster port each
+	if err != nil {
+		return nil, err
+	}
+	ports := free[:clusterSize]
 	for i := range clusterSize {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		c, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i], addrs[i] = p, fmt.Sprintf("127.0.0.1:%d", p)
-		peers[i] = fmt.Sprintf("%d=127.0.0.1:%d", i+1, c)
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[i])
+		peers[i] = fmt.Sprintf("%d=127.0.0.1:%d", i+1, free[clusterSize+i])
 	}
 	env := []string{"LIGHTQ_ADMIN_PASSWORD=" + adminPassword, "LIGHTQ_CLUSTER_SECRET=" + clusterSecret}
 	for i := range clusterSize {
@@ -148,15 +144,13 @@ func (r *runner) startNATSCluster(ctx context.Context, syncInterval string) (*br
 	b := &brokerRun{dir: dir}
 	type node struct{ port, mon, route int }
 	nodes := make([]node, clusterSize)
+	free, err := freePorts(3 * clusterSize) // client, monitoring and route ports
+	if err != nil {
+		return nil, err
+	}
 	var routes []string
 	for i := range nodes {
-		for _, p := range []*int{&nodes[i].port, &nodes[i].mon, &nodes[i].route} {
-			v, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			*p = v
-		}
+		nodes[i] = node{port: free[3*i], mon: free[3*i+1], route: free[3*i+2]}
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", nodes[i].route))
 	}
 	for i, n := range nodes {

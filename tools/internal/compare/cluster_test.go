@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -308,5 +309,25 @@ func TestDocSections(t *testing.T) {
 	}
 	if s := read(); !strings.Contains(s, docEnd+"\n\n"+docReplBegin) || !strings.HasSuffix(s, docReplEnd+"\n") || !strings.Contains(s, "\nx\n") {
 		t.Errorf("appended section:\n%s", s)
+	}
+}
+
+// TestFreePorts: the ports are distinct and free.
+func TestFreePorts(t *testing.T) {
+	ports, err := freePorts(9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] || p == 0 {
+			t.Fatalf("ports %v: repeated or zero", ports)
+		}
+		seen[p] = true
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(p)))
+		if err != nil {
+			t.Fatalf("port %d not free: %v", p, err)
+		}
+		ln.Close()
 	}
 }

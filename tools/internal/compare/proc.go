@@ -178,6 +178,21 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// freePorts returns n distinct loopback TCP ports nobody listens on now: all are held open
+// until every one is picked, since freePort called n times in a row may get one back twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
 // waitPort waits until something accepts connections on 127.0.0.1:port, the server dies, or
 // the timeout passes.
 func waitPort(ctx context.Context, s *server, port int, timeout time.Duration) error {
