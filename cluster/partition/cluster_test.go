@@ -45,6 +45,9 @@ type cluster struct {
 	fsys   vfs.FS
 	// tune adjusts each node's Config before it opens.
 	tune func(*Config)
+	// abort, if set, ends pipeline with errAborted when it reports true (a simulated power
+	// cut stops the producers).
+	abort func() bool
 
 	mu    sync.Mutex // guards nodes' p and tr (tests stop and start nodes under load)
 	nodes map[uint64]*node
@@ -253,13 +256,17 @@ func (c *cluster) produceAcked(batch []byte) (int64, bool) {
 // in flight, as a producer does: in order; after a failure it lets what is in flight be
 // answered and sends the unacked ones again, in order, to whoever leads then. A refusal is
 // an error only when every batch before it is acked (else it is the consequence of an
-// earlier failure). It returns each batch's acked base offset. Safe from any goroutine.
+// earlier failure). It returns each batch's acked base offset (-1: not acked, when it fails).
+// Safe from any goroutine.
 func (c *cluster) pipeline(batches [][]byte, window int) ([]int64, error) {
 	type res struct {
 		i int
 		o outcome
 	}
 	base := make([]int64, len(batches))
+	for i := range base {
+		base[i] = -1
+	}
 	acked := make([]bool, len(batches))
 	first := 0 // the first batch not acked
 	deadline := time.Now().Add(25 * time.Second)
@@ -267,8 +274,11 @@ func (c *cluster) pipeline(batches [][]byte, window int) ([]int64, error) {
 	defer tick.Stop()
 	ch := make(chan res, window)
 	for first < len(batches) {
+		if c.abort != nil && c.abort() {
+			return base, errAborted
+		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("batch %d of %d not acked in time", first, len(batches))
+			return base, fmt.Errorf("batch %d of %d not acked in time", first, len(batches))
 		}
 		var p *Partition
 		for _, id := range c.live() {
@@ -298,7 +308,7 @@ func (c *cluster) pipeline(batches [][]byte, window int) ([]int64, error) {
 			select {
 			case r = <-ch:
 			case <-time.After(30 * time.Second):
-				return nil, errors.New("Produce never answered")
+				return base, errors.New("Produce never answered")
 			}
 			outstanding--
 			if r.o.err == nil || errors.Is(r.o.err, log.ErrDuplicate) {
@@ -306,7 +316,7 @@ func (c *cluster) pipeline(batches [][]byte, window int) ([]int64, error) {
 				continue
 			}
 			if !retriable(r.o.err) && !slices.Contains(acked[:r.i], false) {
-				return nil, fmt.Errorf("batch %d refused: %w", r.i, r.o.err)
+				return base, fmt.Errorf("batch %d refused: %w", r.i, r.o.err)
 			}
 			failed = true
 		}
@@ -319,6 +329,8 @@ func (c *cluster) pipeline(batches [][]byte, window int) ([]int64, error) {
 	}
 	return base, nil
 }
+
+var errAborted = errors.New("aborted")
 
 // producer is an idempotent producer of one partition: its id, epoch and next sequence.
 type producer struct {

@@ -12,44 +12,67 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// runProducers runs n idempotent producers (ids from firstID) that each send batches
-// batches through the cluster's leader, window in flight, retrying as a producer does, and
-// returns what each batch was acked with.
-func runProducers(c *cluster, seed uint64, firstID int64, n, batches, window int) map[batchKey]int64 {
-	c.t.Helper()
+// workload is the batches of n idempotent producers (ids from firstID), each of batches
+// batches of 1-5 records of 20-220 bytes, from seed.
+type workload struct {
+	keys    [][]batchKey
+	batches [][][]byte
+}
+
+func newWorkload(seed uint64, firstID int64, n, batches int) *workload {
+	w := &workload{}
+	for i := range n {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		pr := newProducer(firstID + int64(i))
+		var keys []batchKey
+		var bs [][]byte
+		for range batches {
+			keys = append(keys, batchKey{pr.id, pr.epoch, pr.seq})
+			bs = append(bs, pr.next(1+rng.IntN(5), 20+rng.IntN(200)))
+		}
+		w.keys, w.batches = append(w.keys, keys), append(w.batches, bs)
+	}
+	return w
+}
+
+// run sends every producer's batches through the cluster's leader, window in flight each,
+// all producers at once, retrying as producers do, and returns what each batch was acked
+// with and the first error (errAborted when the cluster's abort said so).
+func (w *workload) run(c *cluster, window int) (map[batchKey]int64, error) {
 	var (
 		mu    sync.Mutex
 		acked = map[batchKey]int64{}
-		errs  []error
+		first error
 		wg    sync.WaitGroup
 	)
-	for i := range n {
+	for i := range w.batches {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(i)))
-			pr := newProducer(firstID + int64(i))
-			var keys []batchKey
-			var bs [][]byte
-			for range batches {
-				keys = append(keys, batchKey{pr.id, pr.epoch, pr.seq})
-				bs = append(bs, pr.next(1+rng.IntN(5), 20+rng.IntN(200)))
-			}
-			base, err := c.pipeline(bs, window)
+			base, err := c.pipeline(w.batches[i], window)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("producer %d: %w", pr.id, err))
-				return
+			if err != nil && first == nil {
+				first = fmt.Errorf("producer %d: %w", w.keys[i][0].pid, err)
 			}
-			for j, k := range keys {
-				acked[k] = base[j]
+			for j, k := range w.keys[i] {
+				if base[j] >= 0 {
+					acked[k] = base[j]
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		c.t.Fatalf("%d producers failed: %v", len(errs), errs)
+	return acked, first
+}
+
+// runProducers runs a new workload (see newWorkload) and fails the test unless every batch
+// is acked.
+func runProducers(c *cluster, seed uint64, firstID int64, n, batches, window int) map[batchKey]int64 {
+	c.t.Helper()
+	acked, err := newWorkload(seed, firstID, n, batches).run(c, window)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return acked
 }

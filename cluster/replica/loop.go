@@ -36,6 +36,8 @@ func (r *Replica) run() {
 			r.rn.ReportUnreachable(node)
 		case req := <-r.progressReq:
 			req <- r.progress()
+		case f := <-r.ctl:
+			f(r.rn)
 		}
 		if r.rn.HasReady() {
 			if err := r.handleReady(); err != nil {
@@ -172,8 +174,12 @@ func (r *Replica) handleReady() error {
 			return fmt.Errorf("save hard state: %w", err)
 		}
 	}
+	snaps := r.snapSent[:0]
 	for _, m := range rd.Messages {
-		r.cfg.Sender.Send(m.To, transport.Envelope{Group: r.cfg.Group, Msg: m})
+		ok := r.cfg.Sender.Send(m.To, transport.Envelope{Group: r.cfg.Group, Msg: m})
+		if m.Type == raftpb.MsgSnap {
+			snaps = append(snaps, snapSent{to: m.To, ok: ok})
+		}
 	}
 	for _, e := range rd.CommittedEntries {
 		switch e.Type {
@@ -201,6 +207,18 @@ func (r *Replica) handleReady() error {
 		r.settle(e)
 	}
 	r.rn.Advance(rd)
+	// A snapshot sent is reported at once (the transport does not confirm delivery): raft
+	// then probes the follower from the snapshot on, and sends a newer snapshot if the
+	// follower did not get this one or retention went past it meanwhile. Unreported, the
+	// follower's progress would stay paused in StateSnapshot.
+	for _, sn := range snaps {
+		status := raft.SnapshotFinish
+		if !sn.ok {
+			status = raft.SnapshotFailure
+		}
+		r.rn.ReportSnapshot(sn.to, status)
+	}
+	r.snapSent = snaps[:0]
 	st := r.publishStatus()
 	if r.cfg.Advanced != nil {
 		r.cfg.Advanced(st)

@@ -166,6 +166,7 @@ type Replica struct {
 	confChanges chan confChange
 	unreachable chan uint64
 	progressReq chan chan []Progress
+	ctl         chan func(*raft.RawNode)
 	stop        chan struct{}
 	stopped     chan struct{}
 	stopOnce    sync.Once
@@ -179,6 +180,7 @@ type Replica struct {
 	termStart  uint64      // index of the first entry of term, once seen
 	unassigned []*Proposal // proposed in this term, index not yet seen in a Ready
 	waiting    []*Proposal // index known, waiting for that index to commit
+	snapSent   []snapSent  // snapshots sent in this Ready, reported after Advance
 }
 
 // Start opens the replica's raft state from cfg.Storage (bootstrapping a new group from
@@ -250,6 +252,7 @@ func Start(cfg Config) (*Replica, error) {
 		confChanges: make(chan confChange, 16),
 		unreachable: make(chan uint64, 64),
 		progressReq: make(chan chan []Progress),
+		ctl:         make(chan func(*raft.RawNode), 16),
 		stop:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
@@ -374,9 +377,26 @@ func (r *Replica) ProposeConfChange(cc raftpb.ConfChangeV2) error {
 	return <-req.done
 }
 
-// Campaign starts an election now (tests, and leader transfer on a clean shutdown).
+// Campaign starts an election now (pre-vote first: followers that heard from a leader
+// within an election timeout refuse it). It does not wait.
 func (r *Replica) Campaign() {
-	r.Step(raftpb.Message{Type: raftpb.MsgHup, From: r.cfg.ID, To: r.cfg.ID})
+	r.control(func(rn *raft.RawNode) { _ = rn.Campaign() }) // an error: no longer a member
+}
+
+// TransferLeadership asks this replica, when it leads, to hand the leadership to member to
+// (once to's log has caught up, to campaigns at once and wins): a broker that shuts down
+// cleanly, or moves leaders, does this first. It does not wait; proposals are refused while
+// the transfer is under way (ErrBusy).
+func (r *Replica) TransferLeadership(to uint64) {
+	r.control(func(rn *raft.RawNode) { rn.TransferLeader(to) })
+}
+
+// control runs f on the replica's goroutine; it is dropped when too many are queued.
+func (r *Replica) control(f func(*raft.RawNode)) {
+	select {
+	case r.ctl <- f:
+	default:
+	}
 }
 
 // Status is the replica's latest view, as of its last loop turn.
@@ -390,6 +410,12 @@ func (r *Replica) Status() Status {
 func (r *Replica) Stop() {
 	r.stopOnce.Do(func() { close(r.stop) })
 	<-r.stopped
+}
+
+// snapSent is a snapshot message sent to a follower, and whether the transport took it.
+type snapSent struct {
+	to uint64
+	ok bool
 }
 
 type discardLogger struct{}

@@ -561,3 +561,16 @@ func TestTermStartAndProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferLeadership: the leader hands its leadership to the member named, which then
+// takes proposals.
+func TestTransferLeadership(t *testing.T) {
+	c := newCluster(t, storageKinds[1], 9, 1, 2, 3)
+	c.proposeAll("t", 3)
+	l := c.leader()
+	to := l.id%3 + 1
+	l.rep.TransferLeadership(to)
+	c.waitUntil("the transfer", func() bool { return c.members[to].rep.Status().IsLeader })
+	c.proposeAll("after", 3, to)
+	exactlyOnce(t, c.converged(1, 2, 3), "after", 3)
+}
