@@ -98,7 +98,7 @@ func (n *clusterNode) buildTopic(st *cmeta.State, ct *cmeta.Topic) *topic {
 		}
 		d := &durablePart{shape: sh, part: p, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 		close(d.done) // no syncer: the replica fsyncs per its policy
-		p.dlog = d
+		p.dl.Store(d)
 		if err != nil {
 			d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, err)
 			continue

@@ -70,9 +70,9 @@ func (c *conn) produceReplicated(corr uint32, t *topic, p *partition, m *wire.Pr
 		c.notLeader(corr, t, p, rp.leader())
 		return
 	}
-	if m.Acks == wire.AcksDurable && p.dlog.shape.mode != fsyncAlways {
+	if m.Acks == wire.AcksDurable && p.dlog().shape.mode != fsyncAlways {
 		t.stats.rejected.Add(1)
-		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("PRODUCE with acks 2 to %s: a replicated topic promises a majority's fsync only with fsync=always (this one has %s); use acks 1", t.name, p.dlog.shape.describeFsync()))
+		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("PRODUCE with acks 2 to %s: a replicated topic promises a majority's fsync only with fsync=always (this one has %s); use acks 1", t.name, p.dlog().shape.describeFsync()))
 		return
 	}
 	count, size := bt.RecordCount, len(m.Batch)
