@@ -546,6 +546,36 @@ var authzOps = []authzOp{
 		}
 		return code
 	}},
+	// The cluster membership requests, on a broker without cluster settings: an admin is
+	// told it is no cluster member (or, CLUSTER_STATUS, answered as a cluster of one).
+	{"ADD_BROKER", wire.OpAddBroker, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		m := wire.AddBroker{NodeID: 2, Addr: "127.0.0.1:1", ClusterAddr: "127.0.0.1:2"}
+		code, _ := request(t, c, wire.OpAddBroker, m.AppendTo(nil))
+		return code
+	}},
+	{"MOVE_REPLICAS", wire.OpMoveReplicas, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		m := wire.MoveReplicas{Topic: "dq", Replicas: []uint32{2}}
+		code, _ := request(t, c, wire.OpMoveReplicas, m.AppendTo(nil))
+		return code
+	}},
+	{"DRAIN_BROKER", wire.OpDrainBroker, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, _ := request(t, c, wire.OpDrainBroker, (&wire.BrokerID{NodeID: 1}).AppendTo(nil))
+		return code
+	}},
+	{"REMOVE_BROKER", wire.OpRemoveBroker, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, _ := request(t, c, wire.OpRemoveBroker, (&wire.BrokerID{NodeID: 1}).AppendTo(nil))
+		return code
+	}},
+	{"CLUSTER_STATUS", wire.OpClusterStatus, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, body := request(t, c, wire.OpClusterStatus, (&wire.ClusterStatus{}).AppendTo(nil))
+		if code == 0 {
+			var resp wire.ClusterStatusResponse
+			if err := resp.Decode(body); err != nil || len(resp.Brokers) != 1 || resp.NodeID != 1 || len(resp.Partitions) != 0 {
+				t.Errorf("CLUSTER_STATUS of a broker without cluster settings: %+v, %v", resp, err)
+			}
+		}
+		return code
+	}},
 	{"LIST_USERS", wire.OpListUsers, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
 		m := wire.ListUsers{Topic: "tq"}
 		code, body := request(t, c, wire.OpListUsers, m.AppendTo(nil))
@@ -582,6 +612,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 	produce := row{nauth, nauth, na, ok, na, ok, na, ok, ok}
 	consume := row{nauth, nauth, na, na, ok, ok, na, ok, ok}
 	ownSubs := row{nauth, nauth, nosub, nosub, ok, ok, nosub, ok, ok}
+	notsup := wire.CodeNotSupported
+	clusterOnly := row{nauth, nauth, na, na, na, na, na, notsup, notsup}
 	expect := map[string]row{
 		"PING":              {ok, ok, ok, ok, ok, ok, ok, ok, ok},
 		"CREATE_TOPIC":      adminOnly,
@@ -613,6 +645,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"GRANT":             adminOnly,
 		"REVOKE":            adminOnly,
 		"LIST_USERS":        adminOnly,
+		"ADD_BROKER":        clusterOnly,
+		"MOVE_REPLICAS":     clusterOnly,
+		"DRAIN_BROKER":      clusterOnly,
+		"REMOVE_BROKER":     clusterOnly,
+		"CLUSTER_STATUS":    adminOnly,
 	}
 	covered := map[wire.Op]bool{wire.OpHello: true, wire.OpAuth: true} // every cell uses them
 	for _, op := range authzOps {

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 // where the others are (transport.SetPeer), as cluster-peers would have said.
 type testCluster struct {
 	t       *testing.T
+	mu      sync.Mutex // guards brokers and cfgs while producers run (they read brokers)
 	brokers []*Server
 	cfgs    []Config
 }
@@ -28,7 +30,7 @@ func startCluster(t *testing.T, n int) *testCluster {
 	for i := 1; i <= n; i++ {
 		cfg := testConfig(t)
 		cfg.NodeID = uint32(i)
-		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte("a-test-cluster-secret")}
+		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret)}
 		tc.cfgs = append(tc.cfgs, cfg)
 		tc.brokers = append(tc.brokers, startWith(t, cfg))
 	}

@@ -270,8 +270,11 @@ func (c *conn) serviceFetches() {
 	for i := 0; i < len(c.fetches) && c.xfer == nil; i++ {
 		fw := c.fetches[i]
 		answered := fw.t.deleted.Load()
-		if answered {
+		if rp := fw.p.repl; answered {
 			c.sendError(fw.corr, wire.CodeUnknownTopic, fmt.Sprintf("topic %q was deleted", fw.t.name))
+		} else if rp != nil && rp.part.Load() == nil {
+			c.notLeader(fw.corr, fw.t, fw.p, rp.leader()) // the partition moved off this broker
+			answered = true
 		} else if answered = c.tryFetch(fw); !answered && !now.Before(fw.deadline) {
 			c.respondFetch(fw, nil)
 			answered = true

@@ -272,15 +272,15 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 30 {
-		t.Errorf("%d known ops, want 30", known)
+	if known != 35 {
+		t.Errorf("%d known ops, want 35", known)
 	}
 }
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 38 {
-		t.Fatalf("%d codes, want 38", len(codes))
+	if len(codes) != 41 {
+		t.Fatalf("%d codes, want 41", len(codes))
 	}
 	for i, c := range codes {
 		// Codes are allocated in ranges, so there may be gaps; the list is in order.

@@ -250,6 +250,17 @@ var bodyTypes = []struct {
 	{wire.OpListGroups, true, func() wireBody { return new(wire.ListGroupsResponse) }},
 	{wire.OpDescribeGroup, false, func() wireBody { return new(wire.DescribeGroup) }},
 	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
+	// New bodies go last: FuzzBodies' corpus names a body type by its index among these.
+	{wire.OpMoveReplicas, false, func() wireBody { return new(wire.MoveReplicas) }},
+	{wire.OpMoveReplicas, true, nil},
+	{wire.OpDrainBroker, false, func() wireBody { return new(wire.BrokerID) }},
+	{wire.OpDrainBroker, true, func() wireBody { return new(wire.DrainBrokerResponse) }},
+	{wire.OpRemoveBroker, false, func() wireBody { return new(wire.BrokerID) }},
+	{wire.OpRemoveBroker, true, nil},
+	{wire.OpAddBroker, false, func() wireBody { return new(wire.AddBroker) }},
+	{wire.OpAddBroker, true, nil},
+	{wire.OpClusterStatus, false, func() wireBody { return new(wire.ClusterStatus) }},
+	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.

@@ -1,0 +1,245 @@
+package broker
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	cmeta "github.com/lightq/lightq/cluster/meta"
+	cpart "github.com/lightq/lightq/cluster/partition"
+	"github.com/lightq/lightq/cluster/replica"
+)
+
+// The mover drives the moves of partitions (PROTOCOL.md section 16.1). A move is in the
+// metadata (cmeta.SetReplicas: the new replicas, and the old ones in Previous); the
+// partition's Raft group then changes its membership, one change at a time, each committed
+// before the next is proposed (etcd raft's single-change rule keeps any two successive
+// majorities overlapping, so no step can elect two leaders or lose a committed entry):
+//
+//  1. each new replica is added as a learner: it receives the log (or a snapshot) and
+//     counts for no quorum while it catches up;
+//  2. once its replication is within promoteLag entries of the commit index, it is
+//     promoted to voter; only when every new replica is a voter does anything leave, so the
+//     group never has fewer up-to-date voters than before the move;
+//  3. the old replicas are removed, followers first; a leader that is to leave hands its
+//     leadership to the most caught-up new voter (TransferLeadership) and the new leader's
+//     mover goes on;
+//  4. when the group's voters are the new replicas and it has no learners, the leader
+//     proposes cmeta.FinishMove: every broker then stops counting the old replicas, and those
+//     that held one close it and remove its data (clusterreplicas.go).
+//
+// Every broker runs a mover, and each acts on the moving partitions whose replica here leads,
+// so a leader change in the middle of a move (or a restart of every broker) only hands the
+// next step to the new leader: the state of a move is the metadata and the group's
+// membership, nothing else. Producers go on throughout: membership changes are entries like
+// batches, and a leader transfer makes the partition refuse batches for at most an election
+// timeout (RESOURCE_LIMIT, then NOT_LEADER from the old leader), which clients retry.
+//
+// Concurrency: the mover's goroutine owns its fields. It reads the topic table and the
+// metadata (immutable snapshots) and calls the replicas' concurrency-safe methods.
+type mover struct {
+	n       *clusterNode
+	pending map[uint64]pendingStep // by group: the step proposed and not seen applied yet
+	done    chan struct{}
+}
+
+// pendingStep is a membership change proposed (or a transfer asked, or FinishMove proposed)
+// and the membership it was proposed in: until the membership differs, or moveRetry passes,
+// the mover proposes nothing else for the group (raft takes one change at a time, and a
+// second proposed meanwhile would be dropped).
+type pendingStep struct {
+	voters, learners []uint64
+	at               time.Time
+}
+
+const (
+	// moveTick is how often the mover looks at the partitions it moves while any is moving.
+	moveTick = 100 * time.Millisecond
+	// moveRetry is how long a step may go unapplied before it is proposed again (a proposal
+	// lost with a leader change, a transfer that did not happen).
+	moveRetry = 3 * time.Second
+	// promoteLag is how far (in Raft entries) behind the commit index a learner may be and be
+	// promoted: close enough that the entries in flight to it bring it level within a round
+	// trip, so that the quorum it joins is not held up waiting for it.
+	promoteLag = 64
+)
+
+func newMover(n *clusterNode) *mover {
+	return &mover{n: n, pending: map[uint64]pendingStep{}, done: make(chan struct{})}
+}
+
+// run steps the moves whenever the metadata changes, and every moveTick while any partition
+// is moving (a learner's catching up shows in no metadata).
+func (m *mover) run() {
+	defer close(m.done)
+	tick := time.NewTicker(moveTick)
+	defer tick.Stop()
+	for {
+		watch := m.n.meta.Watch()
+		moving := m.step()
+		var ticks <-chan time.Time
+		if moving {
+			ticks = tick.C
+		}
+		select {
+		case <-m.n.stop:
+			return
+		case <-watch:
+		case <-ticks:
+		}
+	}
+}
+
+// step takes the next step of every move whose partition this broker leads, and reports
+// whether any partition is moving.
+func (m *mover) step() bool {
+	st := m.n.meta.State()
+	moving := st.Moving()
+	topics := *m.n.srv.topics.Load()
+	live := map[uint64]bool{}
+	for _, a := range moving {
+		live[a.Group] = true
+		t := topics[a.Topic]
+		if t == nil || t.cluster == nil || a.Partition >= len(t.parts) || t.parts[a.Partition].repl == nil || t.parts[a.Partition].repl.group != a.Group {
+			continue // not built here yet
+		}
+		part := t.parts[a.Partition].repl.part.Load()
+		if part == nil || !part.Replica().Status().IsLeader {
+			continue
+		}
+		m.drive(a, part)
+		select {
+		case <-m.n.stop:
+			return true
+		default:
+		}
+	}
+	for g := range m.pending {
+		if !live[g] {
+			delete(m.pending, g)
+		}
+	}
+	return len(moving) > 0
+}
+
+// drive takes the next step of one move on the partition's leader.
+func (m *mover) drive(a cmeta.Assignment, part *cpart.Partition) {
+	ps := part.Status()
+	if !ps.IsLeader {
+		return
+	}
+	if p, ok := m.pending[a.Group]; ok && slices.Equal(p.voters, ps.Voters) && slices.Equal(p.learners, ps.Learners) && time.Since(p.at) < moveRetry {
+		return // the last step is not applied yet
+	}
+	delete(m.pending, a.Group)
+	log := m.n.log.With().Str("topic", a.Topic).Int("partition", a.Partition).Uint64("group", a.Group).Logger()
+	target := a.Replicas
+	propose := func(what string, cc raftpb.ConfChangeV2) {
+		m.pending[a.Group] = pendingStep{voters: ps.Voters, learners: ps.Learners, at: time.Now()}
+		err := part.Replica().ProposeConfChange(cc)
+		var nl *replica.NotLeaderError
+		switch {
+		case err == nil:
+			log.Info().Uints64("voters", ps.Voters).Uints64("learners", ps.Learners).Uints64("target", target).Msg("moving the partition: " + what)
+		case errors.As(err, &nl), errors.Is(err, replica.ErrBusy), errors.Is(err, replica.ErrStopped):
+			delete(m.pending, a.Group) // not taken: the next turn sees who leads
+		default:
+			delete(m.pending, a.Group)
+			log.Warn().Err(err).Msg("moving the partition: " + what)
+		}
+	}
+	single := func(typ raftpb.ConfChangeType, node uint64) raftpb.ConfChangeV2 {
+		return raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: typ, NodeID: node}}}
+	}
+	if len(ps.Outgoing) > 0 {
+		// Joint consensus (never entered by this mover, but a membership a tool left so):
+		// an empty change leaves it.
+		propose("leaving a joint configuration", raftpb.ConfChangeV2{})
+		return
+	}
+	// 1 and 2: every new replica a voter, learners promoted once caught up.
+	for _, id := range target {
+		switch {
+		case slices.Contains(ps.Voters, id):
+			continue
+		case !slices.Contains(ps.Learners, id):
+			propose("adding node "+itoa(id)+" as a learner", single(raftpb.ConfChangeAddLearnerNode, id))
+			return
+		case caughtUp(ps, id):
+			propose("promoting node "+itoa(id)+" to voter (caught up)", single(raftpb.ConfChangeAddNode, id))
+			return
+		}
+		return // a learner still catching up
+	}
+	// 3: the old replicas leave, learners and followers first, the leader last.
+	for _, id := range ps.Learners {
+		if !slices.Contains(target, id) {
+			propose("removing learner "+itoa(id), single(raftpb.ConfChangeRemoveNode, id))
+			return
+		}
+	}
+	for _, id := range ps.Voters {
+		if id != m.n.id && !slices.Contains(target, id) {
+			propose("removing node "+itoa(id), single(raftpb.ConfChangeRemoveNode, id))
+			return
+		}
+	}
+	if !slices.Contains(target, m.n.id) {
+		to := transferTarget(ps, target)
+		if to == 0 {
+			return // no new voter caught up yet
+		}
+		m.pending[a.Group] = pendingStep{voters: ps.Voters, learners: ps.Learners, at: time.Now()}
+		part.Replica().TransferLeadership(to)
+		log.Info().Uint64("to", to).Msg("moving the partition: this broker leaves it, handing the leadership over")
+		return
+	}
+	// 4: the group is the target.
+	m.pending[a.Group] = pendingStep{voters: ps.Voters, learners: ps.Learners, at: time.Now()}
+	ctx, cancel := m.n.stopContext(metaTimeout)
+	defer cancel()
+	_, err := m.n.meta.Propose(ctx, &cmeta.FinishMove{Topic: a.Topic, Partition: a.Partition, Group: a.Group, Replicas: target})
+	switch {
+	case err == nil:
+		log.Info().Uints64("replicas", target).Msg("moved the partition: its group's voters are its new replicas")
+	case errors.Is(err, cmeta.ErrConflict):
+		log.Info().Err(err).Msg("the partition's move changed meanwhile; moving on to the new replicas")
+	default:
+		delete(m.pending, a.Group)
+		log.Warn().Err(err).Msg("finishing the move of the partition; will retry")
+	}
+}
+
+// caughtUp reports whether the leader's view of member id has it replicating, heard from,
+// and within promoteLag entries of the commit index.
+func caughtUp(ps cpart.Status, id uint64) bool {
+	for _, r := range ps.Replicas {
+		if r.ID == id {
+			return r.State == "StateReplicate" && r.Active && r.Match+promoteLag >= ps.Commit
+		}
+	}
+	return false
+}
+
+// transferTarget chooses the voter of target the leadership goes to: caught up, the preferred
+// leader if it is as caught up as any, else the one with the highest match; 0 when none is.
+func transferTarget(ps cpart.Status, target []uint64) uint64 {
+	var best uint64
+	var bestMatch uint64
+	for _, id := range target {
+		if !slices.Contains(ps.Voters, id) || !caughtUp(ps, id) {
+			continue
+		}
+		for _, r := range ps.Replicas {
+			if r.ID == id && (best == 0 || r.Match > bestMatch) {
+				best, bestMatch = id, r.Match
+			}
+		}
+	}
+	return best
+}
+
+func itoa(id uint64) string { return strconv.FormatUint(id, 10) }
