@@ -224,6 +224,16 @@ func (n *clusterNode) closeTransport() {
 	}
 }
 
+// ClusterAddr is the address this broker's cluster port listens on (with the real port when
+// its cluster-peers entry said 0), or "" without cluster settings or before Start. Safe for
+// concurrent use after Start.
+func (s *Server) ClusterAddr() string {
+	if s.cluster == nil {
+		return ""
+	}
+	return s.cluster.tr.Addr().String()
+}
+
 // advertisedAddr is the client address METADATA gives for this broker.
 func (s *Server) advertisedAddr() string {
 	if a := s.cfg.Cluster.AdvertiseAddr; a != "" {

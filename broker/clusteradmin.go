@@ -174,6 +174,9 @@ func (s *Server) drainBroker(id uint32) (uint32, error) {
 		return 0, errNotClustered(wire.OpDrainBroker)
 	}
 	node := uint64(id)
+	if _, ok := n.meta.State().Broker(node); !ok {
+		return 0, answer(wire.CodeUnknownBroker, "no broker %d in the cluster", id)
+	}
 	if _, err := cmeta.PlanDrain(n.meta.State(), node); err != nil {
 		return 0, n.changeError(err)
 	}

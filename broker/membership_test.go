@@ -209,7 +209,7 @@ func TestClusterMembershipRefusals(t *testing.T) {
 	refuse(wire.OpMoveReplicas, move("orders", 0), wire.CodeInvalidRequest, "0 replicas")
 	refuse(wire.OpRemoveBroker, (&wire.BrokerID{NodeID: 3}).AppendTo(nil), wire.CodeBrokerInUse, "drain it first")
 	refuse(wire.OpRemoveBroker, (&wire.BrokerID{NodeID: 7}).AppendTo(nil), wire.CodeUnknownBroker, "no broker 7")
-	refuse(wire.OpDrainBroker, (&wire.BrokerID{NodeID: 7}).AppendTo(nil), wire.CodeUnknownBroker, "7")
+	refuse(wire.OpDrainBroker, (&wire.BrokerID{NodeID: 7}).AppendTo(nil), wire.CodeUnknownBroker, "no broker 7")
 	// Three brokers, three replicas each: a drain has nowhere to go, and changes nothing.
 	refuse(wire.OpDrainBroker, (&wire.BrokerID{NodeID: 3}).AppendTo(nil), wire.CodeInvalidRequest, "add a broker first")
 	if b, _ := tc.brokers[1].cluster.meta.State().Broker(3); b.State.String() != "active" {

@@ -28,6 +28,8 @@ const usage = `Usage:
   lqcat acl grant|revoke|list ...          users' roles on topics (lqcat acl --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
   lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
+  lqcat cluster status|add-broker|move|drain|remove-broker ...
+                                           a cluster's brokers and replicas (lqcat cluster --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same
 letter and meaning.
@@ -291,6 +293,8 @@ func (r *runner) run(ctx context.Context, args []string) error {
 			return r.userCmd(ctx, args[1:])
 		case "acl":
 			return r.aclCmd(ctx, args[1:])
+		case "cluster":
+			return r.clusterCmd(ctx, args[1:])
 		case "help", "-h", "-help", "--help":
 			io.WriteString(r.stdout, usage)
 			return errHelp
@@ -313,7 +317,7 @@ func commonFlagsFirst(args []string) []string {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
 			switch a {
-			case "topic", "stats", "group", "user", "acl":
+			case "topic", "stats", "group", "user", "acl", "cluster":
 				if i == 0 {
 					return args
 				}
