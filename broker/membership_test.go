@@ -49,6 +49,42 @@ func TestClusterJoinBroker(t *testing.T) {
 	c.produce("after", 0, testBatch(t, "to four replicas"))
 	c.conn.Close()
 	waitUntil(t, "broker 4's replica has the batch", func() bool { return tc.replica(3, "after", 0).part.Load().HighWatermark() > 0 })
+
+	// Broker 4 restarts on another cluster port: its data directory holds the metadata now
+	// (cluster-join no longer matters). The others cannot reach it at its old address, nor
+	// it tell them (no leader reaches it), until ADD_BROKER gives its new addresses; then its
+	// replica catches up with what was produced while it was down.
+	tc.mu.Lock()
+	tc.brokers[3] = nil
+	tc.mu.Unlock()
+	if err := b4.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	li = tc.leader(0, "after", 0)
+	c = login(t, tc.brokers[li].Addr(), "app", "app-secret")
+	c.produce("after", 0, testBatch(t, "while broker 4 is down"))
+	c.conn.Close()
+	b4 = startWith(t, tc.cfgs[3])
+	tc.mu.Lock()
+	tc.brokers[3] = b4
+	tc.mu.Unlock()
+	a := tc.admin(0)
+	m := wire.AddBroker{NodeID: 4, Addr: b4.Addr(), ClusterAddr: b4.ClusterAddr()}
+	a.expectResponse(wire.OpAddBroker, a.send(wire.OpAddBroker, m.AppendTo(nil)))
+	a.conn.Close()
+	waitUntil(t, "the others have broker 4's new cluster address", func() bool {
+		for i := range 3 {
+			if b, _ := tc.brokers[i].cluster.meta.State().Broker(4); b.ClusterAddr != b4.ClusterAddr() {
+				return false
+			}
+		}
+		return true
+	})
+	lead := tc.replica(li, "after", 0).part.Load()
+	waitUntil(t, "broker 4's replica caught up after its restart", func() bool {
+		rp := tc.replica(3, "after", 0)
+		return rp != nil && rp.part.Load().HighWatermark() == lead.HighWatermark()
+	})
 }
 
 // TestClusterMoveReplicas: a partition's replicas move from {1,2,3} to {2,3,4} while an
@@ -183,6 +219,49 @@ func TestClusterRemoveBroker(t *testing.T) {
 	c := login(t, tc.brokers[li].Addr(), "app", "app-secret")
 	c.produce("orders", 0, testBatch(t, "after the removal"))
 	c.conn.Close()
+}
+
+// TestClusterRemoveDeadBroker: a broker that led a partition stops for good; its partition
+// elects another leader, and the stopped broker is drained and removed without it: the new
+// replica catches up from the new leader, the dead replica is removed from the group, and the
+// metadata group drops it, all with a quorum of the others, while a producer goes on.
+func TestClusterRemoveDeadBroker(t *testing.T) {
+	tc := startCluster(t, 3)
+	tc.createReplicated(0, "orders", 1, 3)
+	tc.join(0)
+	tc.makeLeader(2, "orders", 0)
+	p := tc.startProducer("orders", 0)
+	p.waitAcked(10)
+	dead := tc.brokers[2]
+	tc.mu.Lock()
+	tc.brokers[2] = nil
+	tc.mu.Unlock()
+	if err := dead.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p.waitAcked(10) // a new leader took over
+
+	a := tc.admin(1)
+	defer a.conn.Close()
+	node := wire.BrokerID{NodeID: 3}
+	var dr wire.DrainBrokerResponse
+	if err := dr.Decode(a.expectResponse(wire.OpDrainBroker, a.send(wire.OpDrainBroker, node.AppendTo(nil)))); err != nil || dr.Moves != 1 {
+		t.Fatalf("DRAIN_BROKER of the stopped broker: %+v, %v", dr, err)
+	}
+	tc.waitMoved(0)
+	a.expectResponse(wire.OpRemoveBroker, a.send(wire.OpRemoveBroker, node.AppendTo(nil)))
+	p.waitAcked(10)
+	acked := p.finish()
+	for _, i := range []int{0, 1, 3} {
+		waitUntil(t, fmt.Sprintf("broker %d sees 3 brokers and 3 metadata voters", i+1), func() bool {
+			return len(tc.brokers[i].cluster.meta.State().Brokers()) == 3 && len(tc.brokers[i].cluster.meta.Members().Voters) == 3
+		})
+	}
+	st := tc.status(3, wire.ClusterStatus{Topic: "orders"}).Partitions[0]
+	if !slices.Equal(sorted32(st.Replicas), []uint32{1, 2, 4}) || !slices.Equal(sorted32(st.Voters), []uint32{1, 2, 4}) {
+		t.Fatalf("after removing broker 3: %+v", st)
+	}
+	checkExactlyOnce(t, acked, tc.values("orders", 0))
 }
 
 // TestClusterMembershipRefusals: the membership requests refuse what cannot be done, with the
