@@ -160,19 +160,27 @@ func (m *mover) drive(a cmeta.Assignment, part *cpart.Partition) {
 		propose("leaving a joint configuration", raftpb.ConfChangeV2{})
 		return
 	}
-	// 1 and 2: every new replica a voter, learners promoted once caught up.
+	// 1: every new replica a learner (they catch up side by side), 2: promoted once caught
+	// up; nothing leaves before every new replica is a voter.
+	for _, id := range target {
+		if !slices.Contains(ps.Voters, id) && !slices.Contains(ps.Learners, id) {
+			propose("adding node "+itoa(id)+" as a learner", single(raftpb.ConfChangeAddLearnerNode, id))
+			return
+		}
+	}
+	waiting := false
 	for _, id := range target {
 		switch {
 		case slices.Contains(ps.Voters, id):
-			continue
-		case !slices.Contains(ps.Learners, id):
-			propose("adding node "+itoa(id)+" as a learner", single(raftpb.ConfChangeAddLearnerNode, id))
-			return
 		case caughtUp(ps, id):
 			propose("promoting node "+itoa(id)+" to voter (caught up)", single(raftpb.ConfChangeAddNode, id))
 			return
+		default:
+			waiting = true // a learner still catching up
 		}
-		return // a learner still catching up
+	}
+	if waiting {
+		return
 	}
 	// 3: the old replicas leave, learners and followers first, the leader last.
 	for _, id := range ps.Learners {

@@ -248,7 +248,7 @@ func TestClusterRemoveDeadBroker(t *testing.T) {
 	if err := dr.Decode(a.expectResponse(wire.OpDrainBroker, a.send(wire.OpDrainBroker, node.AppendTo(nil)))); err != nil || dr.Moves != 1 {
 		t.Fatalf("DRAIN_BROKER of the stopped broker: %+v, %v", dr, err)
 	}
-	tc.waitMoved(0)
+	tc.waitMoved(1) // as the broker asked to remove it sees it
 	a.expectResponse(wire.OpRemoveBroker, a.send(wire.OpRemoveBroker, node.AppendTo(nil)))
 	p.waitAcked(10)
 	acked := p.finish()
