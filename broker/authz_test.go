@@ -547,7 +547,7 @@ var authzOps = []authzOp{
 		return code
 	}},
 	// The cluster membership requests, on a broker without cluster settings: an admin is
-	// told it is no cluster member (or, CLUSTER_STATUS, answered as a cluster of one).
+	// told it is no cluster member (or, MEMBERSHIP, answered as a cluster of one).
 	{"ADD_BROKER", wire.OpAddBroker, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
 		m := wire.AddBroker{NodeID: 2, Addr: "127.0.0.1:1", ClusterAddr: "127.0.0.1:2"}
 		code, _ := request(t, c, wire.OpAddBroker, m.AppendTo(nil))
@@ -566,12 +566,12 @@ var authzOps = []authzOp{
 		code, _ := request(t, c, wire.OpRemoveBroker, (&wire.BrokerID{NodeID: 1}).AppendTo(nil))
 		return code
 	}},
-	{"CLUSTER_STATUS", wire.OpClusterStatus, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
-		code, body := request(t, c, wire.OpClusterStatus, (&wire.ClusterStatus{}).AppendTo(nil))
+	{"MEMBERSHIP", wire.OpMembership, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, body := request(t, c, wire.OpMembership, (&wire.Membership{}).AppendTo(nil))
 		if code == 0 {
-			var resp wire.ClusterStatusResponse
+			var resp wire.MembershipResponse
 			if err := resp.Decode(body); err != nil || len(resp.Brokers) != 1 || resp.NodeID != 1 || len(resp.Partitions) != 0 {
-				t.Errorf("CLUSTER_STATUS of a broker without cluster settings: %+v, %v", resp, err)
+				t.Errorf("MEMBERSHIP of a broker without cluster settings: %+v, %v", resp, err)
 			}
 		}
 		return code
@@ -649,7 +649,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"MOVE_REPLICAS":     clusterOnly,
 		"DRAIN_BROKER":      clusterOnly,
 		"REMOVE_BROKER":     clusterOnly,
-		"CLUSTER_STATUS":    adminOnly,
+		"MEMBERSHIP":        adminOnly,
 	}
 	covered := map[wire.Op]bool{wire.OpHello: true, wire.OpAuth: true} // every cell uses them
 	for _, op := range authzOps {

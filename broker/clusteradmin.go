@@ -13,10 +13,10 @@ import (
 )
 
 // The cluster membership requests (PROTOCOL.md section 16.1): ADD_BROKER, MOVE_REPLICAS,
-// DRAIN_BROKER, REMOVE_BROKER and CLUSTER_STATUS, all admin only (authz.go). Each runs on the
+// DRAIN_BROKER, REMOVE_BROKER and MEMBERSHIP, all admin only (authz.go). Each runs on the
 // auth pool like the topic changes, proposes to the metadata group and answers once this
 // broker has applied the change. A move itself then happens in the background, driven by the
-// partition's leader (clustermove.go); CLUSTER_STATUS shows it under way until it finishes.
+// partition's leader (clustermove.go); MEMBERSHIP shows it under way until it finishes.
 
 func (c *conn) handleAddBroker(corr uint32, body []byte) {
 	var m wire.AddBroker
@@ -59,13 +59,13 @@ func (c *conn) handleRemoveBroker(corr uint32, body []byte) {
 	}, nil)
 }
 
-func (c *conn) handleClusterStatus(corr uint32, body []byte) {
-	var m wire.ClusterStatus
-	if !c.decodeOr(corr, wire.OpClusterStatus, m.Decode(body)) {
+func (c *conn) handleMembership(corr uint32, body []byte) {
+	var m wire.Membership
+	if !c.decodeOr(corr, wire.OpMembership, m.Decode(body)) {
 		return
 	}
-	var resp wire.ClusterStatusResponse
-	c.runAdmin(corr, wire.OpClusterStatus, func() (err error) { resp, err = c.srv.clusterStatus(&m); return err }, nil,
+	var resp wire.MembershipResponse
+	c.runAdmin(corr, wire.OpMembership, func() (err error) { resp, err = c.srv.membership(&m); return err }, nil,
 		func(dst []byte) []byte { return resp.AppendTo(dst) })
 }
 
@@ -232,7 +232,7 @@ func (s *Server) removeBroker(id uint32) error {
 		return answer(wire.CodeUnknownBroker, "no broker %d in the cluster", id)
 	}
 	if h := st.HeldBy(node); h.Replicas+h.Leaving > 0 {
-		return answer(wire.CodeBrokerInUse, "broker %d is a replica of %d partitions (the first: %s) and is leaving %d more whose moves have not finished: drain it first (DRAIN_BROKER) and wait until CLUSTER_STATUS shows no move",
+		return answer(wire.CodeBrokerInUse, "broker %d is a replica of %d partitions (the first: %s) and is leaving %d more whose moves have not finished: drain it first (DRAIN_BROKER) and wait until MEMBERSHIP shows no move",
 			id, h.Replicas, h.First, h.Leaving)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), metaTimeout)
@@ -262,15 +262,15 @@ func answerCode(err error) wire.Code {
 	return 0
 }
 
-// clusterStatus answers CLUSTER_STATUS: the metadata's brokers and the partitions asked for,
+// membership answers MEMBERSHIP: the metadata's brokers and the partitions asked for,
 // with what this broker's replicas see. A broker without cluster settings answers as a
 // cluster of one with no replicated partitions.
-func (s *Server) clusterStatus(m *wire.ClusterStatus) (wire.ClusterStatusResponse, error) {
-	resp := wire.ClusterStatusResponse{NodeID: s.nodeID()}
+func (s *Server) membership(m *wire.Membership) (wire.MembershipResponse, error) {
+	resp := wire.MembershipResponse{NodeID: s.nodeID()}
 	n := s.cluster
 	if n == nil {
 		resp.MetaLeader = s.nodeID()
-		resp.Brokers = []wire.ClusterBroker{{NodeID: s.nodeID(), State: wire.BrokerActive, Meta: wire.MetaVoter, Addr: s.Addr(), TLSAddr: s.TLSAddr()}}
+		resp.Brokers = []wire.MemberBroker{{NodeID: s.nodeID(), State: wire.BrokerActive, Meta: wire.MetaVoter, Addr: s.Addr(), TLSAddr: s.TLSAddr()}}
 		return resp, nil
 	}
 	st := n.meta.State()
@@ -291,7 +291,7 @@ func (s *Server) clusterStatus(m *wire.ClusterStatus) (wire.ClusterStatusRespons
 		}
 	}
 	for _, b := range st.Brokers() {
-		cb := wire.ClusterBroker{NodeID: uint32(b.ID), State: wire.BrokerState(b.State), Addr: b.ClientAddr, TLSAddr: b.TLSAddr, ClusterAddr: b.ClusterAddr,
+		cb := wire.MemberBroker{NodeID: uint32(b.ID), State: wire.BrokerState(b.State), Addr: b.ClientAddr, TLSAddr: b.TLSAddr, ClusterAddr: b.ClusterAddr,
 			Replicas: held[b.ID][0], Leaving: held[b.ID][1]}
 		switch {
 		case slices.Contains(cs.Voters, b.ID):
@@ -322,14 +322,14 @@ func (s *Server) clusterStatus(m *wire.ClusterStatus) (wire.ClusterStatusRespons
 			if m.AfterTopic != "" && ct.Name == m.AfterTopic && uint32(i) <= m.AfterPartition || m.MovingOnly && !p.Moving() {
 				continue
 			}
-			cp := wire.ClusterPartition{Topic: ct.Name, Partition: uint32(i), Group: p.Group, Replicas: nodeIDs(p.Replicas), Previous: nodeIDs(p.Previous)}
+			cp := wire.MemberPartition{Topic: ct.Name, Partition: uint32(i), Group: p.Group, Replicas: nodeIDs(p.Replicas), Previous: nodeIDs(p.Previous)}
 			if t != nil && t.cluster != nil && i < len(t.parts) && t.parts[i].repl != nil {
 				fillLocalView(&cp, t.parts[i].repl)
 			}
-			one := wire.ClusterStatusResponse{Partitions: []wire.ClusterPartition{cp}}
+			one := wire.MembershipResponse{Partitions: []wire.MemberPartition{cp}}
 			scratch = one.AppendTo(scratch[:0])
 			size := len(scratch) - 4 - 4 - 2 - 4 - 1 // the partition alone
-			if len(resp.Partitions) == wire.MaxStatusPartitions || size > budget && len(resp.Partitions) > 0 {
+			if len(resp.Partitions) == wire.MaxMembershipPartitions || size > budget && len(resp.Partitions) > 0 {
 				resp.More = true
 				return resp, nil
 			}
@@ -340,8 +340,9 @@ func (s *Server) clusterStatus(m *wire.ClusterStatus) (wire.ClusterStatusRespons
 	return resp, nil
 }
 
-// fillLocalView adds what this broker's replica of the partition sees, when it holds one.
-func fillLocalView(cp *wire.ClusterPartition, rp *replPart) {
+// fillLocalView adds what this broker's replica of the partition sees, when it holds one
+// (not the replicas' lag: only each partition's leader knows it).
+func fillLocalView(cp *wire.MemberPartition, rp *replPart) {
 	part := rp.part.Load()
 	if part == nil {
 		return
@@ -349,12 +350,6 @@ func fillLocalView(cp *wire.ClusterPartition, rp *replPart) {
 	ps := part.Status()
 	cp.Held, cp.Leads, cp.Leader = true, ps.IsLeader, uint32(ps.Leader)
 	cp.Voters, cp.Learners = nodeIDs(ps.Voters), nodeIDs(ps.Learners)
-	for _, r := range ps.Replicas {
-		if len(cp.Lags) == wire.MaxReplicas {
-			break
-		}
-		cp.Lags = append(cp.Lags, wire.ReplicaLag{NodeID: uint32(r.ID), Lag: r.Lag})
-	}
 	if len(cp.Voters) > wire.MaxReplicas {
 		cp.Voters = cp.Voters[:wire.MaxReplicas]
 	}

@@ -199,11 +199,11 @@ func (n *clusterNode) changeError(err error) error {
 	case errors.Is(err, cmeta.ErrBrokerInUse):
 		return answer(wire.CodeBrokerInUse, "%v", err)
 	case errors.Is(err, cmeta.ErrConflict):
-		return answer(wire.CodeReplicasChanged, "%v: ask CLUSTER_STATUS and try again", err)
+		return answer(wire.CodeReplicasChanged, "%v: ask MEMBERSHIP and try again", err)
 	case errors.Is(err, cmeta.ErrInvalid), errors.Is(err, cmeta.ErrNotEnoughBrokers):
 		return answer(wire.CodeInvalidRequest, "%v", err)
 	case errors.Is(err, cmeta.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
-		return answer(wire.CodeReplicationTimeout, "the cluster's metadata group did not apply the change within %v (no quorum?): it may or may not be made; ask METADATA or CLUSTER_STATUS", metaTimeout)
+		return answer(wire.CodeReplicationTimeout, "the cluster's metadata group did not apply the change within %v (no quorum?): it may or may not be made; ask METADATA or MEMBERSHIP", metaTimeout)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -67,9 +68,9 @@ func (tc *testCluster) admin(i int) *rawClient {
 	return login(tc.t, tc.brokers[i].Addr(), testAdminUser, testAdminPass)
 }
 
-// createReplicated creates a durable topic with replication factor rf through broker i and
+// createWithRF creates a durable topic with replication factor rf through broker i and
 // waits until every running broker has it.
-func (tc *testCluster) createReplicated(i int, name string, partitions uint32, rf int) {
+func (tc *testCluster) createWithRF(i int, name string, partitions uint32, rf int) {
 	tc.t.Helper()
 	a := tc.admin(i)
 	defer a.conn.Close()
@@ -83,15 +84,15 @@ func (tc *testCluster) createReplicated(i int, name string, partitions uint32, r
 	}
 }
 
-// status asks broker i for CLUSTER_STATUS (every page).
-func (tc *testCluster) status(i int, req wire.ClusterStatus) wire.ClusterStatusResponse {
+// membership asks broker i for MEMBERSHIP (every page).
+func (tc *testCluster) membership(i int, req wire.Membership) wire.MembershipResponse {
 	tc.t.Helper()
 	a := tc.admin(i)
 	defer a.conn.Close()
-	var all wire.ClusterStatusResponse
+	var all wire.MembershipResponse
 	for {
-		var resp wire.ClusterStatusResponse
-		if err := resp.Decode(a.expectResponse(wire.OpClusterStatus, a.send(wire.OpClusterStatus, req.AppendTo(nil)))); err != nil {
+		var resp wire.MembershipResponse
+		if err := resp.Decode(a.expectResponse(wire.OpMembership, a.send(wire.OpMembership, req.AppendTo(nil)))); err != nil {
 			tc.t.Fatal(err)
 		}
 		resp.Partitions = append(all.Partitions, resp.Partitions...)
@@ -166,11 +167,27 @@ func (tc *testCluster) committedLog(i int, topic string, partition int) ([]byte,
 	return out, hw
 }
 
+// leading waits until a running broker's replica leads the partition, and returns its index.
+func (tc *testCluster) leading(topic string, partition int) int {
+	tc.t.Helper()
+	li := -1
+	waitUntil(tc.t, fmt.Sprintf("a leader of %s/%d", topic, partition), func() bool {
+		for i, b := range tc.brokers {
+			if b != nil && tc.replica(i, topic, partition) != nil && tc.replica(i, topic, partition).leads() {
+				li = i
+				return true
+			}
+		}
+		return false
+	})
+	return li
+}
+
 // values fetches the partition from its leader, from offset 0 to the high watermark, and
 // returns every record's value in offset order.
 func (tc *testCluster) values(topic string, partition int) []string {
 	tc.t.Helper()
-	li := tc.leader(tc.anyBroker(), topic, uint32(partition))
+	li := tc.leading(topic, partition)
 	c := login(tc.t, tc.brokers[li].Addr(), "app", "app-secret")
 	defer c.conn.Close()
 	var out []string
@@ -207,17 +224,6 @@ func (tc *testCluster) values(topic string, partition int) []string {
 			}
 		}
 	}
-}
-
-// anyBroker is the index of a running broker.
-func (tc *testCluster) anyBroker() int {
-	for i, b := range tc.brokers {
-		if b != nil {
-			return i
-		}
-	}
-	tc.t.Fatal("no broker runs")
-	return -1
 }
 
 // testProducer is an idempotent producer of one partition, as the Go client's is meant to
@@ -362,8 +368,8 @@ func (p *testProducer) run() {
 	}
 }
 
-// connect finds the partition's leader through METADATA of any running broker and logs in
-// to it.
+// connect finds the partition's leader through METADATA of a running broker that holds a
+// replica (one that holds none can only name the preferred leader) and logs in to it.
 func (p *testProducer) connect() (*prodConn, error) {
 	for _, b := range p.tc.liveBrokers() {
 		pc, err := dialProd(b.Addr())
@@ -371,7 +377,7 @@ func (p *testProducer) connect() (*prodConn, error) {
 			continue
 		}
 		leader, addr, err := pc.leaderOf(p.topic, uint32(p.partition))
-		if err != nil || leader == 0 {
+		if err != nil || leader == 0 || addr == "" {
 			pc.close()
 			continue
 		}
@@ -515,7 +521,11 @@ func (pc *prodConn) leaderOf(topic string, partition uint32) (uint32, string, er
 	if len(resp.Topics) != 1 || int(partition) >= len(resp.Topics[0].Partitions) {
 		return 0, "", fmt.Errorf("metadata without %s/%d", topic, partition)
 	}
-	leader := resp.Topics[0].Partitions[partition].Leader
+	pm := resp.Topics[0].Partitions[partition]
+	if !slices.Contains(pm.Replicas, resp.NodeID) {
+		return 0, "", nil // not a replica: its leader is a guess
+	}
+	leader := pm.Leader
 	for _, br := range resp.Brokers {
 		if br.NodeID == leader {
 			return leader, br.Addr, nil

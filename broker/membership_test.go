@@ -17,7 +17,7 @@ import (
 // was added with, and serves METADATA; a topic created afterwards may be placed on it.
 func TestClusterJoinBroker(t *testing.T) {
 	tc := startCluster(t, 3)
-	tc.createReplicated(0, "before", 1, 3)
+	tc.createWithRF(0, "before", 1, 3)
 	b4 := tc.join(1)
 	waitUntil(t, "broker 4 has the topic created before it joined", func() bool { return (*b4.topics.Load())["before"] != nil })
 	for i := range 4 {
@@ -25,7 +25,7 @@ func TestClusterJoinBroker(t *testing.T) {
 			return len(tc.brokers[i].cluster.meta.Members().Voters) == 4
 		})
 	}
-	st := tc.status(3, wire.ClusterStatus{})
+	st := tc.membership(3, wire.Membership{})
 	if len(st.Brokers) != 4 || st.NodeID != 4 || st.MetaLeader == 0 {
 		t.Fatalf("status from broker 4: %+v", st)
 	}
@@ -42,9 +42,9 @@ func TestClusterJoinBroker(t *testing.T) {
 		t.Fatalf("METADATA from broker 4: %+v", md)
 	}
 	// A replication factor of 4 needs broker 4: the others reach it at its added address.
-	tc.createReplicated(2, "after", 1, 4)
+	tc.createWithRF(2, "after", 1, 4)
 	waitUntil(t, "broker 4 holds a replica of the new topic", func() bool { return tc.replica(3, "after", 0) != nil })
-	li := tc.leader(0, "after", 0)
+	li := tc.leading("after", 0)
 	c := login(t, tc.brokers[li].Addr(), "app", "app-secret")
 	c.produce("after", 0, testBatch(t, "to four replicas"))
 	c.conn.Close()
@@ -60,7 +60,7 @@ func TestClusterJoinBroker(t *testing.T) {
 	if err := b4.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	li = tc.leader(0, "after", 0)
+	li = tc.leading("after", 0)
 	c = login(t, tc.brokers[li].Addr(), "app", "app-secret")
 	c.produce("after", 0, testBatch(t, "while broker 4 is down"))
 	c.conn.Close()
@@ -95,7 +95,7 @@ func TestClusterJoinBroker(t *testing.T) {
 // byte-identical to the others' up to the high watermark.
 func TestClusterMoveReplicas(t *testing.T) {
 	tc := startCluster(t, 3)
-	tc.createReplicated(0, "orders", 1, 3)
+	tc.createWithRF(0, "orders", 1, 3)
 	tc.join(0)
 	tc.makeLeader(0, "orders", 0)
 	p := tc.startProducer("orders", 0)
@@ -105,8 +105,8 @@ func TestClusterMoveReplicas(t *testing.T) {
 	m := wire.MoveReplicas{Topic: "orders", Partition: 0, Replicas: []uint32{2, 3, 4}}
 	a.expectResponse(wire.OpMoveReplicas, a.send(wire.OpMoveReplicas, m.AppendTo(nil)))
 	a.conn.Close()
-	// While the move is under way, CLUSTER_STATUS shows it: the new replicas and the old.
-	if st := tc.status(2, wire.ClusterStatus{Topic: "orders"}); len(st.Partitions) != 1 || !slices.Equal(st.Partitions[0].Replicas, []uint32{2, 3, 4}) {
+	// While the move is under way, MEMBERSHIP shows it: the new replicas and the old.
+	if st := tc.membership(2, wire.Membership{Topic: "orders"}); len(st.Partitions) != 1 || !slices.Equal(st.Partitions[0].Replicas, []uint32{2, 3, 4}) {
 		t.Fatalf("status after MOVE_REPLICAS: %+v", st.Partitions)
 	}
 	tc.waitMoved(0)
@@ -120,12 +120,12 @@ func TestClusterMoveReplicas(t *testing.T) {
 	if _, err := os.Stat(partitionDir(tc.cfgs[0].DataDir, "orders", 0)); !os.IsNotExist(err) {
 		t.Errorf("broker 1's replica directory is still there: %v", err)
 	}
-	st := tc.status(3, wire.ClusterStatus{Topic: "orders"})
+	st := tc.membership(3, wire.Membership{Topic: "orders"})
 	cp := st.Partitions[0]
 	if len(cp.Previous) != 0 || !cp.Held || !slices.Equal(sorted32(cp.Voters), []uint32{2, 3, 4}) || len(cp.Learners) != 0 {
 		t.Fatalf("broker 4's view after the move: %+v", cp)
 	}
-	if li := tc.leader(1, "orders", 0); li == 0 {
+	if li := tc.leading("orders", 0); li == 0 {
 		t.Fatal("broker 1 still leads")
 	}
 
@@ -158,7 +158,7 @@ func sorted32(ids []uint32) []uint32 {
 // cluster has three brokers and a three-member metadata group.
 func TestClusterRemoveBroker(t *testing.T) {
 	tc := startCluster(t, 3)
-	tc.createReplicated(0, "orders", 2, 3)
+	tc.createWithRF(0, "orders", 2, 3)
 	tc.join(0)
 	tc.makeLeader(2, "orders", 0)
 	tc.makeLeader(2, "orders", 1)
@@ -181,14 +181,14 @@ func TestClusterRemoveBroker(t *testing.T) {
 	if err := dr.Decode(a.expectResponse(wire.OpDrainBroker, a.send(wire.OpDrainBroker, remove.AppendTo(nil)))); err != nil || dr.Moves != 2 {
 		t.Fatalf("DRAIN_BROKER: %+v, %v", dr, err)
 	}
-	if st := tc.status(0, wire.ClusterStatus{}); st.Brokers[2].State != wire.BrokerRemoving {
+	if st := tc.membership(0, wire.Membership{}); st.Brokers[2].State != wire.BrokerRemoving {
 		t.Fatalf("broker 3 after DRAIN_BROKER: %+v", st.Brokers[2])
 	}
 	// The moves go to broker 4, the only broker not yet a replica.
 	tc.waitMoved(0)
 	for i := range 2 {
 		waitUntil(t, fmt.Sprintf("broker 3 closed its replica of orders/%d", i), func() bool { return tc.replica(2, "orders", i) == nil })
-		if l := tc.leader(0, "orders", uint32(i)); l == 2 {
+		if l := tc.leading("orders", i); l == 2 {
 			t.Fatalf("broker 3 still leads orders/%d", i)
 		}
 	}
@@ -215,7 +215,7 @@ func TestClusterRemoveBroker(t *testing.T) {
 	// The cluster goes on without it.
 	checkExactlyOnce(t, acked0, tc.values("orders", 0))
 	checkExactlyOnce(t, acked1, tc.values("orders", 1))
-	li := tc.leader(0, "orders", 0)
+	li := tc.leading("orders", 0)
 	c := login(t, tc.brokers[li].Addr(), "app", "app-secret")
 	c.produce("orders", 0, testBatch(t, "after the removal"))
 	c.conn.Close()
@@ -227,7 +227,7 @@ func TestClusterRemoveBroker(t *testing.T) {
 // metadata group drops it, all with a quorum of the others, while a producer goes on.
 func TestClusterRemoveDeadBroker(t *testing.T) {
 	tc := startCluster(t, 3)
-	tc.createReplicated(0, "orders", 1, 3)
+	tc.createWithRF(0, "orders", 1, 3)
 	tc.join(0)
 	tc.makeLeader(2, "orders", 0)
 	p := tc.startProducer("orders", 0)
@@ -257,7 +257,7 @@ func TestClusterRemoveDeadBroker(t *testing.T) {
 			return len(tc.brokers[i].cluster.meta.State().Brokers()) == 3 && len(tc.brokers[i].cluster.meta.Members().Voters) == 3
 		})
 	}
-	st := tc.status(3, wire.ClusterStatus{Topic: "orders"}).Partitions[0]
+	st := tc.membership(3, wire.Membership{Topic: "orders"}).Partitions[0]
 	if !slices.Equal(sorted32(st.Replicas), []uint32{1, 2, 4}) || !slices.Equal(sorted32(st.Voters), []uint32{1, 2, 4}) {
 		t.Fatalf("after removing broker 3: %+v", st)
 	}
@@ -268,7 +268,7 @@ func TestClusterRemoveDeadBroker(t *testing.T) {
 // code and a message that says why, and change nothing.
 func TestClusterMembershipRefusals(t *testing.T) {
 	tc := startCluster(t, 3)
-	tc.createReplicated(0, "orders", 2, 3)
+	tc.createWithRF(0, "orders", 2, 3)
 	a := tc.admin(1)
 	defer a.conn.Close()
 	refuse := func(op wire.Op, body []byte, code wire.Code, says string) {
@@ -296,12 +296,12 @@ func TestClusterMembershipRefusals(t *testing.T) {
 	}
 	add := wire.AddBroker{NodeID: 4, Addr: "not-an-address", ClusterAddr: "127.0.0.1:1"}
 	refuse(wire.OpAddBroker, add.AppendTo(nil), wire.CodeInvalidRequest, "not host:port")
-	refuse(wire.OpClusterStatus, (&wire.ClusterStatus{Topic: "nope"}).AppendTo(nil), wire.CodeUnknownTopic, "nope")
+	refuse(wire.OpMembership, (&wire.Membership{Topic: "nope"}).AppendTo(nil), wire.CodeUnknownTopic, "nope")
 	if n := len(tc.brokers[0].cluster.meta.State().Moving()); n != 0 {
 		t.Fatalf("%d partitions moving after refusals", n)
 	}
 	// A move of the replicas to themselves is no move.
-	cur := tc.status(0, wire.ClusterStatus{Topic: "orders"}).Partitions[0].Replicas
+	cur := tc.membership(0, wire.Membership{Topic: "orders"}).Partitions[0].Replicas
 	a.expectResponse(wire.OpMoveReplicas, a.send(wire.OpMoveReplicas, move("orders", 0, cur...)))
 	if n := len(tc.brokers[1].cluster.meta.State().Moving()); n != 0 {
 		t.Fatalf("a move to the same replicas left %d partitions moving", n)

@@ -78,25 +78,25 @@ func (c *Conn) RemoveBroker(ctx context.Context, node uint32) error {
 	return err
 }
 
-// ClusterStatus asks the broker for the cluster's brokers and the partitions of its
+// Membership asks the broker for the cluster's brokers and the partitions of its
 // replicated topics (topic: one topic's; movingOnly: only those whose move is under way),
 // following the answer's pages.
-func (c *Conn) ClusterStatus(ctx context.Context, topic string, movingOnly bool) (*wire.ClusterStatusResponse, error) {
+func (c *Conn) Membership(ctx context.Context, topic string, movingOnly bool) (*wire.MembershipResponse, error) {
 	if topic != "" {
 		if err := wire.ValidTopicName(topic); err != nil {
 			return nil, fmt.Errorf("lightq: %w", err)
 		}
 	}
-	req := wire.ClusterStatus{Topic: topic, MovingOnly: movingOnly}
-	var all *wire.ClusterStatusResponse
+	req := wire.Membership{Topic: topic, MovingOnly: movingOnly}
+	var all *wire.MembershipResponse
 	for {
-		body, err := c.roundTrip(ctx, wire.OpClusterStatus, req.AppendTo(nil))
+		body, err := c.roundTrip(ctx, wire.OpMembership, req.AppendTo(nil))
 		if err != nil {
 			return nil, err
 		}
-		resp := new(wire.ClusterStatusResponse)
+		resp := new(wire.MembershipResponse)
 		if err := resp.Decode(body); err != nil {
-			return nil, fmt.Errorf("%w: CLUSTER_STATUS response: %w", ErrProtocol, err)
+			return nil, fmt.Errorf("%w: MEMBERSHIP response: %w", ErrProtocol, err)
 		}
 		if all == nil {
 			all = resp
@@ -108,7 +108,7 @@ func (c *Conn) ClusterStatus(ctx context.Context, topic string, movingOnly bool)
 			return all, nil
 		}
 		if len(resp.Partitions) == 0 {
-			return nil, fmt.Errorf("%w: CLUSTER_STATUS answered more without a partition", ErrProtocol)
+			return nil, fmt.Errorf("%w: MEMBERSHIP answered more without a partition", ErrProtocol)
 		}
 		last := resp.Partitions[len(resp.Partitions)-1]
 		req.AfterTopic, req.AfterPartition = last.Topic, last.Partition
@@ -116,10 +116,10 @@ func (c *Conn) ClusterStatus(ctx context.Context, topic string, movingOnly bool)
 }
 
 // WaitMoves waits until no partition of topic (every topic when empty) is moving, asking
-// CLUSTER_STATUS every poll (at least 10 ms; 0 means 200 ms), and calls progress (when not
+// MEMBERSHIP every poll (at least 10 ms; 0 means 200 ms), and calls progress (when not
 // nil) with the partitions still moving after each answer. It ends with ctx's error when ctx
 // ends first.
-func (c *Conn) WaitMoves(ctx context.Context, topic string, poll time.Duration, progress func([]wire.ClusterPartition)) error {
+func (c *Conn) WaitMoves(ctx context.Context, topic string, poll time.Duration, progress func([]wire.MemberPartition)) error {
 	if poll <= 0 {
 		poll = 200 * time.Millisecond
 	}
@@ -127,7 +127,7 @@ func (c *Conn) WaitMoves(ctx context.Context, topic string, poll time.Duration, 
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
-		st, err := c.ClusterStatus(ctx, topic, true)
+		st, err := c.Membership(ctx, topic, true)
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@ func TestClusterAdmin(t *testing.T) {
 		}
 		brokers = append(brokers, b)
 	}
-	st := waitStatus(ctx, t, admin, "3 brokers, all voters", func(st *wire.ClusterStatusResponse) bool {
+	st := waitStatus(ctx, t, admin, "3 brokers, all voters", func(st *wire.MembershipResponse) bool {
 		n := 0
 		for _, b := range st.Brokers {
 			if b.Meta == wire.MetaVoter {
@@ -53,7 +53,7 @@ func TestClusterAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err = admin.ClusterStatus(ctx, "orders", false)
+	st, err = admin.Membership(ctx, "orders", false)
 	if err != nil || len(st.Partitions) != 1 || len(st.Partitions[0].Replicas) != 2 {
 		t.Fatalf("status of orders: %+v, %v", st, err)
 	}
@@ -71,7 +71,7 @@ func TestClusterAdmin(t *testing.T) {
 	if err := admin.WaitMoves(ctx, "orders", 20*time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
-	st, err = admin.ClusterStatus(ctx, "orders", false)
+	st, err = admin.Membership(ctx, "orders", false)
 	if err != nil || !slices.Equal(st.Partitions[0].Replicas, to) || len(st.Partitions[0].Previous) != 0 {
 		t.Fatalf("after the move: %+v, %v", st, err)
 	}
@@ -110,7 +110,7 @@ func TestClusterAdmin(t *testing.T) {
 	if err := via.RemoveBroker(ctx, spare); err != nil {
 		t.Fatal(err)
 	}
-	st = waitStatus(ctx, t, via, "2 brokers", func(st *wire.ClusterStatusResponse) bool { return len(st.Brokers) == 2 })
+	st = waitStatus(ctx, t, via, "2 brokers", func(st *wire.MembershipResponse) bool { return len(st.Brokers) == 2 })
 	for _, b := range st.Brokers {
 		if b.NodeID == spare {
 			t.Fatalf("broker %d still listed: %+v", spare, st.Brokers)
@@ -118,13 +118,13 @@ func TestClusterAdmin(t *testing.T) {
 	}
 }
 
-// waitStatus asks CLUSTER_STATUS until ok holds.
-func waitStatus(ctx context.Context, t *testing.T, c *client.Conn, what string, ok func(*wire.ClusterStatusResponse) bool) *wire.ClusterStatusResponse {
+// waitStatus asks MEMBERSHIP until ok holds.
+func waitStatus(ctx context.Context, t *testing.T, c *client.Conn, what string, ok func(*wire.MembershipResponse) bool) *wire.MembershipResponse {
 	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, err := c.ClusterStatus(ctx, "", false)
+		st, err := c.Membership(ctx, "", false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ const (
 	OpDrainBroker    Op = 0x1B
 	OpRemoveBroker   Op = 0x1C
 	OpAddBroker      Op = 0x1D
-	OpClusterStatus  Op = 0x1E
+	OpMembership     Op = 0x1E
 	OpProduce        Op = 0x20
 	OpInitProducer   Op = 0x21
 	OpSubscribe      Op = 0x30
@@ -76,7 +76,7 @@ var opNames = map[Op]string{
 	OpDeleteUser: "DELETE_USER", OpSetPassword: "SET_PASSWORD", OpGrant: "GRANT",
 	OpRevoke: "REVOKE", OpListUsers: "LIST_USERS",
 	OpMoveReplicas: "MOVE_REPLICAS", OpDrainBroker: "DRAIN_BROKER", OpRemoveBroker: "REMOVE_BROKER",
-	OpAddBroker: "ADD_BROKER", OpClusterStatus: "CLUSTER_STATUS",
+	OpAddBroker: "ADD_BROKER", OpMembership: "MEMBERSHIP",
 	OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
 	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
 	OpDescribeGroup: "DESCRIBE_GROUP",

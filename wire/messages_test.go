@@ -124,19 +124,19 @@ func bodyCases() []struct {
 		{"MoveReplicas none", &wire.MoveReplicas{Topic: "orders"}, func() wireBody { return new(wire.MoveReplicas) }, 0},
 		{"BrokerID", &wire.BrokerID{NodeID: 1<<32 - 1}, func() wireBody { return new(wire.BrokerID) }, 0},
 		{"DrainBrokerResponse", &wire.DrainBrokerResponse{Moves: 12}, func() wireBody { return new(wire.DrainBrokerResponse) }, 0},
-		{"ClusterStatus", &wire.ClusterStatus{Topic: "orders", AfterTopic: "orders", AfterPartition: 7, MovingOnly: true}, func() wireBody { return new(wire.ClusterStatus) }, 0},
-		{"ClusterStatus all", &wire.ClusterStatus{}, func() wireBody { return new(wire.ClusterStatus) }, 0},
-		{"ClusterStatusResponse", &wire.ClusterStatusResponse{NodeID: 2, MetaLeader: 1, More: true,
-			Brokers: []wire.ClusterBroker{
+		{"Membership", &wire.Membership{Topic: "orders", AfterTopic: "orders", AfterPartition: 7, MovingOnly: true}, func() wireBody { return new(wire.Membership) }, 0},
+		{"Membership all", &wire.Membership{}, func() wireBody { return new(wire.Membership) }, 0},
+		{"MembershipResponse", &wire.MembershipResponse{NodeID: 2, MetaLeader: 1, More: true,
+			Brokers: []wire.MemberBroker{
 				{NodeID: 1, State: wire.BrokerActive, Meta: wire.MetaVoter, Addr: "a:1", ClusterAddr: "a:2", Replicas: 3},
 				{NodeID: 4, State: wire.BrokerRemoving, Meta: wire.MetaNone, Addr: "d:1", TLSAddr: "d:3", ClusterAddr: "d:2", Leaving: 1},
 			},
-			Partitions: []wire.ClusterPartition{
+			Partitions: []wire.MemberPartition{
 				{Topic: "orders", Partition: 0, Group: 2, Replicas: []uint32{2, 3, 4}, Previous: []uint32{1, 2, 3}, Held: true, Leads: true, Leader: 2,
-					Voters: []uint32{1, 2, 3}, Learners: []uint32{4}, Lags: []wire.ReplicaLag{{NodeID: 1, Lag: 0}, {NodeID: 4, Lag: -1}}},
+					Voters: []uint32{1, 2, 3}, Learners: []uint32{4}},
 				{Topic: "orders", Partition: 1, Group: 3, Replicas: []uint32{1}},
-			}}, func() wireBody { return new(wire.ClusterStatusResponse) }, 0},
-		{"ClusterStatusResponse empty", &wire.ClusterStatusResponse{}, func() wireBody { return new(wire.ClusterStatusResponse) }, 0},
+			}}, func() wireBody { return new(wire.MembershipResponse) }, 0},
+		{"MembershipResponse empty", &wire.MembershipResponse{}, func() wireBody { return new(wire.MembershipResponse) }, 0},
 	}
 }
 
@@ -278,18 +278,18 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"MoveReplicas replicas over bytes", func() wireBody { return new(wire.MoveReplicas) }, body(str("t"), u32(0), u16(3), u32(1), u32(2))},
 		{"AddBroker address 256", func() wireBody { return new(wire.AddBroker) }, body(u32(4), str(strings.Repeat("a", 256)), str(""), str("c:1"))},
 		{"BrokerID long", func() wireBody { return new(wire.BrokerID) }, body(u32(1), u8(0))},
-		{"ClusterStatus flags 2", func() wireBody { return new(wire.ClusterStatus) }, body(str(""), str(""), u32(0), u8(2))},
-		{"ClusterStatusResponse broker state 3", func() wireBody { return new(wire.ClusterStatusResponse) },
+		{"Membership flags 2", func() wireBody { return new(wire.Membership) }, body(str(""), str(""), u32(0), u8(2))},
+		{"MembershipResponse broker state 3", func() wireBody { return new(wire.MembershipResponse) },
 			body(u32(1), u32(1), u16(1), u32(1), u8(3), u8(1), str("a:1"), str(""), str("a:2"), u32(0), u32(0), u32(0), u8(0))},
-		{"ClusterStatusResponse metadata member 3", func() wireBody { return new(wire.ClusterStatusResponse) },
+		{"MembershipResponse metadata member 3", func() wireBody { return new(wire.MembershipResponse) },
 			body(u32(1), u32(1), u16(1), u32(1), u8(1), u8(3), str("a:1"), str(""), str("a:2"), u32(0), u32(0), u32(0), u8(0))},
-		{"ClusterStatusResponse 64K brokers", func() wireBody { return new(wire.ClusterStatusResponse) }, body(u32(1), u32(1), u16(0xffff))},
-		{"ClusterStatusResponse 4G partitions", func() wireBody { return new(wire.ClusterStatusResponse) }, body(u32(1), u32(1), u16(0), u32(0xffffffff))},
-		{"ClusterStatusResponse partition flags 4", func() wireBody { return new(wire.ClusterStatusResponse) },
-			body(u32(1), u32(1), u16(0), u32(1), str("t"), u32(0), i64(2), u16(0), u16(0), u8(4), u32(0), u16(0), u16(0), u16(0), u8(0))},
-		{"ClusterStatusResponse 17 lags", func() wireBody { return new(wire.ClusterStatusResponse) },
-			body(u32(1), u32(1), u16(0), u32(1), str("t"), u32(0), i64(2), u16(0), u16(0), u8(3), u32(0), u16(0), u16(0), u16(17), rep(17*12, "\x00"), u8(0))},
-		{"ClusterStatusResponse more 2", func() wireBody { return new(wire.ClusterStatusResponse) }, body(u32(1), u32(1), u16(0), u32(0), u8(2))},
+		{"MembershipResponse 64K brokers", func() wireBody { return new(wire.MembershipResponse) }, body(u32(1), u32(1), u16(0xffff))},
+		{"MembershipResponse 4G partitions", func() wireBody { return new(wire.MembershipResponse) }, body(u32(1), u32(1), u16(0), u32(0xffffffff))},
+		{"MembershipResponse partition flags 4", func() wireBody { return new(wire.MembershipResponse) },
+			body(u32(1), u32(1), u16(0), u32(1), str("t"), u32(0), i64(2), u16(0), u16(0), u8(4), u32(0), u16(0), u16(0), u8(0))},
+		{"MembershipResponse 17 voters", func() wireBody { return new(wire.MembershipResponse) },
+			body(u32(1), u32(1), u16(0), u32(1), str("t"), u32(0), i64(2), u16(0), u16(0), u8(3), u32(0), u16(17), rep(17*4, "\x00"), u16(0), u8(0))},
+		{"MembershipResponse more 2", func() wireBody { return new(wire.MembershipResponse) }, body(u32(1), u32(1), u16(0), u32(0), u8(2))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

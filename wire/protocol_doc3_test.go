@@ -70,17 +70,16 @@ func clusterExamples() []protocolExample {
 			}
 		})),
 		wireFrame(wire.OpMoveReplicas, 0, 50, &wire.MoveReplicas{Topic: "orders", Partition: 3, Replicas: []uint32{2, 3, 4}}))
-	status := wire.ClusterStatusResponse{NodeID: 2, MetaLeader: 1}
+	status := wire.MembershipResponse{NodeID: 2, MetaLeader: 1}
 	held := map[uint32][2]uint32{1: {1, 1}, 2: {2, 0}, 3: {2, 0}, 4: {1, 0}}
 	for n := uint32(1); n <= 4; n++ {
-		status.Brokers = append(status.Brokers, wire.ClusterBroker{NodeID: n, State: wire.BrokerActive, Meta: wire.MetaVoter,
+		status.Brokers = append(status.Brokers, wire.MemberBroker{NodeID: n, State: wire.BrokerActive, Meta: wire.MetaVoter,
 			Addr: clusterAddr(n), ClusterAddr: peerAddr(n), Replicas: held[n][0], Leaving: held[n][1]})
 	}
-	status.Partitions = []wire.ClusterPartition{{Topic: "orders", Partition: 3, Group: 5, Replicas: []uint32{2, 3, 4}, Previous: []uint32{1, 2, 3},
-		Held: true, Leads: true, Leader: 2, Voters: []uint32{1, 2, 3}, Learners: []uint32{4},
-		Lags: []wire.ReplicaLag{{NodeID: 1, Lag: 0}, {NodeID: 2, Lag: 0}, {NodeID: 3, Lag: 0}, {NodeID: 4, Lag: 120}}}}
-	add("cluster-status-response",
-		frame(wire.OpClusterStatus, resp, 51, body(func(a *annotated) {
+	status.Partitions = []wire.MemberPartition{{Topic: "orders", Partition: 3, Group: 5, Replicas: []uint32{2, 3, 4}, Previous: []uint32{1, 2, 3},
+		Held: true, Leads: true, Leader: 2, Voters: []uint32{1, 2, 3}, Learners: []uint32{4}}}
+	add("membership-response",
+		frame(wire.OpMembership, resp, 51, body(func(a *annotated) {
 			a.u32(2, "node id of the answering broker: 2")
 			a.u32(1, "metadata group leader: node 1")
 			a.u16(4, "broker count 4")
@@ -110,14 +109,9 @@ func clusterExamples() []protocolExample {
 			a.u32(2, "  leader: node 2")
 			nodes("voter", 1, 2, 3)
 			nodes("learner", 4)
-			a.u16(4, "  lag count 4")
-			for _, l := range status.Partitions[0].Lags {
-				a.u32(l.NodeID, "    node %d", l.NodeID)
-				a.i64(l.Lag, "    lag %d offsets", l.Lag)
-			}
 			a.u8(0, "more 0")
 		})),
-		wireFrame(wire.OpClusterStatus, resp, 51, &status))
+		wireFrame(wire.OpMembership, resp, 51, &status))
 	return ex
 }
 

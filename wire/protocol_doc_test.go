@@ -259,8 +259,8 @@ var bodyTypes = []struct {
 	{wire.OpRemoveBroker, true, nil},
 	{wire.OpAddBroker, false, func() wireBody { return new(wire.AddBroker) }},
 	{wire.OpAddBroker, true, nil},
-	{wire.OpClusterStatus, false, func() wireBody { return new(wire.ClusterStatus) }},
-	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
+	{wire.OpMembership, false, func() wireBody { return new(wire.Membership) }},
+	{wire.OpMembership, true, func() wireBody { return new(wire.MembershipResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.

@@ -28,7 +28,7 @@ const usage = `Usage:
   lqcat acl grant|revoke|list ...          users' roles on topics (lqcat acl --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
   lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
-  lqcat cluster status|add-broker|move|drain|remove-broker ...
+  lqcat cluster membership|add-broker|move|drain|remove-broker ...
                                            a cluster's brokers and replicas (lqcat cluster --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same

@@ -12,10 +12,10 @@ import (
 	"github.com/lightq/lightq/broker/brokertest"
 )
 
-// TestClusterCommands: lqcat cluster against real brokers: add-broker grows a cluster of one
-// to three, status shows them (text and JSON), move --wait moves a replicated partition,
+// TestClusterMembershipCommands: lqcat cluster against real brokers: add-broker grows a
+// cluster of one to three, membership shows them (text and JSON), move --wait moves a replicated partition,
 // remove-broker drains a broker and removes it, and refusals exit with their codes.
-func TestClusterCommands(t *testing.T) {
+func TestClusterMembershipCommands(t *testing.T) {
 	creds := func(c *broker.Config) {
 		c.AdminUser, c.AdminPassword = "admin", adminPass
 		c.ShutdownDrain = 200 * time.Millisecond
@@ -31,10 +31,10 @@ func TestClusterCommands(t *testing.T) {
 			t.Errorf("add-broker %d: %q", id, out)
 		}
 	}
-	status := func(args ...string) jsonClusterStatus {
+	status := func(args ...string) jsonMembership {
 		t.Helper()
-		var st jsonClusterStatus
-		if err := json.Unmarshal([]byte(e.ok("", append([]string{"cluster", "status", "-J"}, args...)...)), &st); err != nil {
+		var st jsonMembership
+		if err := json.Unmarshal([]byte(e.ok("", append([]string{"cluster", "membership", "-J"}, args...)...)), &st); err != nil {
 			t.Fatal(err)
 		}
 		return st
@@ -48,8 +48,8 @@ func TestClusterCommands(t *testing.T) {
 		}
 		<-tick.C
 	}
-	if out := e.ok("", "cluster", "status"); !strings.Contains(out, "BROKER  STATE") || !strings.Contains(out, members[2].ClusterAddr()) {
-		t.Errorf("cluster status:\n%s", out)
+	if out := e.ok("", "cluster", "membership"); !strings.Contains(out, "BROKER  STATE") || !strings.Contains(out, members[2].ClusterAddr()) {
+		t.Errorf("cluster membership:\n%s", out)
 	}
 
 	e.ok("", "topic", "create", "orders", "--kind", "durable", "--partitions", "1", "-X", "replication.factor=2")
@@ -90,12 +90,12 @@ func TestClusterCommands(t *testing.T) {
 		t.Errorf("remove-broker: %q", out)
 	}
 	e.vars["LIGHTQ_BROKER"] = via.Addr()
-	if st := status(); len(st.Brokers) != 2 || slices.ContainsFunc(st.Brokers, func(b jsonClusterBroker) bool { return b.Node == spare }) {
+	if st := status(); len(st.Brokers) != 2 || slices.ContainsFunc(st.Brokers, func(b jsonMemberBroker) bool { return b.Node == spare }) {
 		t.Fatalf("after remove-broker: %+v", st.Brokers)
 	}
 }
 
-func allVoters(st jsonClusterStatus, n int) bool {
+func allVoters(st jsonMembership, n int) bool {
 	v := 0
 	for _, b := range st.Brokers {
 		if b.Metadata == "voter" {

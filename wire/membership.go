@@ -3,7 +3,7 @@ package wire
 import "fmt"
 
 // Cluster membership: the bodies of ADD_BROKER, MOVE_REPLICAS, DRAIN_BROKER, REMOVE_BROKER
-// and CLUSTER_STATUS (all admin only; PROTOCOL.md section 16.1). Node ids are u32, as in
+// and MEMBERSHIP (all admin only; PROTOCOL.md section 16.1). Node ids are u32, as in
 // METADATA's cluster layout; replica lists are u16 counts of node ids, at most MaxReplicas.
 
 // AddBroker is the body of ADD_BROKER: a broker started to join the cluster (cluster-join),
@@ -75,45 +75,45 @@ func (m *DrainBrokerResponse) Decode(b []byte) error {
 	return r.Done("DRAIN_BROKER response")
 }
 
-// ClusterStatus is the body of CLUSTER_STATUS. Topic, when not empty, limits the partitions
+// Membership is the body of MEMBERSHIP. Topic, when not empty, limits the partitions
 // listed to that topic's; MovingOnly to those whose move is under way. A response lists the
 // partitions after (AfterTopic, AfterPartition) in topic then partition order: empty
 // AfterTopic starts at the first; ask again with the last one listed while More is set.
-type ClusterStatus struct {
+type Membership struct {
 	Topic          string
 	AfterTopic     string
 	AfterPartition uint32
 	MovingOnly     bool
 }
 
-// clusterStatusMovingOnly is bit 0 of CLUSTER_STATUS's flags.
-const clusterStatusMovingOnly = 1 << 0
+// membershipMovingOnly is bit 0 of MEMBERSHIP's flags.
+const membershipMovingOnly = 1 << 0
 
-func (m *ClusterStatus) AppendTo(dst []byte) []byte {
+func (m *Membership) AppendTo(dst []byte) []byte {
 	dst = AppendString(dst, m.Topic)
 	dst = AppendString(dst, m.AfterTopic)
 	dst = AppendU32(dst, m.AfterPartition)
 	var flags uint8
 	if m.MovingOnly {
-		flags |= clusterStatusMovingOnly
+		flags |= membershipMovingOnly
 	}
 	return append(dst, flags)
 }
 
-func (m *ClusterStatus) Decode(b []byte) error {
+func (m *Membership) Decode(b []byte) error {
 	r := NewReader(b)
 	m.Topic = r.String(MaxTopicName, "topic name")
 	m.AfterTopic = r.String(MaxTopicName, "after topic")
 	m.AfterPartition = r.U32()
 	f := r.U8()
-	if r.Err() == nil && f&^clusterStatusMovingOnly != 0 {
-		r.Fail(fmt.Errorf("%w: CLUSTER_STATUS flags %#x: only bit 0 (moving only) is defined", ErrMalformed, f))
+	if r.Err() == nil && f&^membershipMovingOnly != 0 {
+		r.Fail(fmt.Errorf("%w: MEMBERSHIP flags %#x: only bit 0 (moving only) is defined", ErrMalformed, f))
 	}
-	m.MovingOnly = f&clusterStatusMovingOnly != 0
-	return r.Done("CLUSTER_STATUS")
+	m.MovingOnly = f&membershipMovingOnly != 0
+	return r.Done("MEMBERSHIP")
 }
 
-// BrokerState is a broker's place in the cluster, in CLUSTER_STATUS.
+// BrokerState is a broker's place in the cluster, in MEMBERSHIP.
 type BrokerState uint8
 
 const (
@@ -152,10 +152,10 @@ func (m MetaMember) String() string {
 	return fmt.Sprintf("member(%d)", uint8(m))
 }
 
-// ClusterBroker is one broker in CLUSTER_STATUS: its addresses, state, membership of the
+// MemberBroker is one broker in MEMBERSHIP: its addresses, state, membership of the
 // metadata group, the partitions it is a replica of (Replicas) and those it is leaving whose
 // moves have not finished (Leaving).
-type ClusterBroker struct {
+type MemberBroker struct {
 	NodeID                     uint32
 	State                      BrokerState
 	Meta                       MetaMember
@@ -163,19 +163,12 @@ type ClusterBroker struct {
 	Replicas, Leaving          uint32
 }
 
-// ReplicaLag is one member of a partition's Raft group as its leader sees it: how many
-// offsets its log is behind the leader's (-1: unknown, a snapshot is bringing it up).
-type ReplicaLag struct {
-	NodeID uint32
-	Lag    int64
-}
-
-// ClusterPartition is one partition of a replicated topic in CLUSTER_STATUS: what the
-// cluster's metadata says (Replicas, the preferred leader first; Previous, the replicas a move
-// under way started from, empty when none is), and what the answering broker's replica
-// sees, when it holds one (Held): the leader it knows, the group's voters and learners, and
-// when it leads (Leads) every member's lag.
-type ClusterPartition struct {
+// MemberPartition is one partition of a replicated topic in MEMBERSHIP: what the cluster's
+// metadata says (Replicas, the preferred leader first; Previous, the replicas a move under
+// way started from, empty when none is), and what the answering broker's replica sees, when
+// it holds one (Held): the leader it knows, whether it leads (Leads), the group's voters and
+// learners.
+type MemberPartition struct {
 	Topic     string
 	Partition uint32
 	Group     uint64
@@ -186,7 +179,6 @@ type ClusterPartition struct {
 	Leader      uint32
 	Voters      []uint32
 	Learners    []uint32
-	Lags        []ReplicaLag
 }
 
 const (
@@ -194,21 +186,21 @@ const (
 	partitionLeads = 1 << 1
 )
 
-// ClusterStatusResponse answers CLUSTER_STATUS: the answering broker, the metadata group's
+// MembershipResponse answers MEMBERSHIP: the answering broker, the metadata group's
 // leader as it knows it (0: none now), every broker of the metadata, and the partitions
 // asked for (More: more follow, ask again after the last).
-type ClusterStatusResponse struct {
+type MembershipResponse struct {
 	NodeID     uint32
 	MetaLeader uint32
-	Brokers    []ClusterBroker
-	Partitions []ClusterPartition
+	Brokers    []MemberBroker
+	Partitions []MemberPartition
 	More       bool
 }
 
-// MaxStatusPartitions bounds the partitions of one CLUSTER_STATUS response.
-const MaxStatusPartitions = 4096
+// MaxMembershipPartitions bounds the partitions of one MEMBERSHIP response.
+const MaxMembershipPartitions = 4096
 
-func (m *ClusterStatusResponse) AppendTo(dst []byte) []byte {
+func (m *MembershipResponse) AppendTo(dst []byte) []byte {
 	dst = AppendU32(dst, m.NodeID)
 	dst = AppendU32(dst, m.MetaLeader)
 	dst = AppendU16(dst, uint16(len(m.Brokers)))
@@ -240,16 +232,11 @@ func (m *ClusterStatusResponse) AppendTo(dst []byte) []byte {
 		dst = AppendU32(dst, p.Leader)
 		dst = appendNodeList(dst, p.Voters)
 		dst = appendNodeList(dst, p.Learners)
-		dst = AppendU16(dst, uint16(len(p.Lags)))
-		for _, l := range p.Lags {
-			dst = AppendU32(dst, l.NodeID)
-			dst = AppendI64(dst, l.Lag)
-		}
 	}
 	return append(dst, boolU8(m.More))
 }
 
-func (m *ClusterStatusResponse) Decode(b []byte) error {
+func (m *MembershipResponse) Decode(b []byte) error {
 	r := NewReader(b)
 	m.NodeID, m.MetaLeader = r.U32(), r.U32()
 	m.Brokers, m.Partitions = nil, nil
@@ -258,7 +245,7 @@ func (m *ClusterStatusResponse) Decode(b []byte) error {
 		r.Fail(fmt.Errorf("%w: %d brokers in %d bytes", ErrMalformed, nb, r.Len()))
 	}
 	for i := uint16(0); i < nb && r.Err() == nil; i++ {
-		br := ClusterBroker{NodeID: r.U32(), State: BrokerState(r.U8()), Meta: MetaMember(r.U8())}
+		br := MemberBroker{NodeID: r.U32(), State: BrokerState(r.U8()), Meta: MetaMember(r.U8())}
 		br.Addr = r.String(MaxAddr, "client address")
 		br.TLSAddr = r.String(MaxAddr, "TLS address")
 		br.ClusterAddr = r.String(MaxAddr, "cluster address")
@@ -269,11 +256,11 @@ func (m *ClusterStatusResponse) Decode(b []byte) error {
 		m.Brokers = append(m.Brokers, br)
 	}
 	np := r.U32()
-	if r.Err() == nil && (np > MaxStatusPartitions || uint64(np)*29 > uint64(r.Len())) {
+	if r.Err() == nil && (np > MaxMembershipPartitions || uint64(np)*27 > uint64(r.Len())) {
 		r.Fail(fmt.Errorf("%w: %d partitions in %d bytes", ErrMalformed, np, r.Len()))
 	}
 	for i := uint32(0); i < np && r.Err() == nil; i++ {
-		var p ClusterPartition
+		var p MemberPartition
 		p.Topic = r.String(MaxTopicName, "topic name")
 		p.Partition = r.U32()
 		p.Group = r.U64()
@@ -287,17 +274,10 @@ func (m *ClusterStatusResponse) Decode(b []byte) error {
 		p.Leader = r.U32()
 		p.Voters = readNodeList(&r, "voters")
 		p.Learners = readNodeList(&r, "learners")
-		nl := r.U16()
-		if r.Err() == nil && (nl > MaxReplicas || int(nl)*12 > r.Len()) {
-			r.Fail(fmt.Errorf("%w: %d replica lags in %d bytes", ErrMalformed, nl, r.Len()))
-		}
-		for j := uint16(0); j < nl && r.Err() == nil; j++ {
-			p.Lags = append(p.Lags, ReplicaLag{NodeID: r.U32(), Lag: r.I64()})
-		}
 		m.Partitions = append(m.Partitions, p)
 	}
 	m.More = readBoolU8(&r, "more")
-	return r.Done("CLUSTER_STATUS response")
+	return r.Done("MEMBERSHIP response")
 }
 
 // appendNodeList appends a u16 count of node ids, then the ids.

@@ -14,28 +14,28 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-const clusterHelp = `Usage:
-  lqcat cluster status [-t TOPIC] [--moving] [-J]
+const membershipHelp = `Usage:
+  lqcat cluster membership [-t TOPIC] [--moving] [-J]
   lqcat cluster add-broker ID --addr HOST:PORT --cluster-addr HOST:PORT [--tls-addr HOST:PORT]
   lqcat cluster move -t TOPIC -p N --replicas ID,ID,... [--wait] [--wait-timeout D]
   lqcat cluster drain ID [--wait] [--wait-timeout D]
   lqcat cluster remove-broker ID [--no-drain] [--wait-timeout D]
 
 The brokers of a cluster and where the replicas of its partitions are (PROTOCOL.md section
-16.1). Every cluster command needs the admin's credentials and may go to any broker of the
-cluster (-b); remove-broker to another broker than the one removed.
+16.1). Every one of these commands needs the admin's credentials and may go to any broker of
+the cluster (-b); remove-broker to another broker than the one removed.
 
-  status         the brokers (state, membership of the metadata group, addresses, how many
+  membership     the brokers (state, membership of the metadata group, addresses, how many
                  partitions each is a replica of, and leaving in a move not finished), then
                  every partition of the replicated topics (-t: of TOPIC; --moving: only those
                  moving) with its replicas, the replicas a move under way started from, and
-                 what the broker asked sees of it: the leader, the group's voters and learners,
-                 and, where it leads, each replica's lag in offsets. Ask a partition's leader
-                 (-b) for its lag. -J prints one JSON object
+                 what the broker asked sees of it: the leader, the group's voters and
+                 learners. -J prints one JSON object
   add-broker     adds a broker started with cluster-join = true: its node id ID, where clients
                  reach it (--addr, --tls-addr) and where brokers do (--cluster-addr, its
                  cluster port). It then receives the cluster's metadata; it holds no replica
-                 until a topic or a move places one on it
+                 until a topic or a move places one on it. Sent again with new addresses, it
+                 tells the cluster where a broker that moved is
   move           gives partition N of TOPIC the replicas listed (node ids, the preferred leader
                  first): the partition's leader adds the new ones, lets them catch up, then
                  removes the old ones, while producers and consumers go on. --wait waits
@@ -55,20 +55,28 @@ Examples:
   lqcat cluster remove-broker 1 -b 10.0.0.2:7450
 `
 
+// clusterCmd is lqcat cluster: the membership commands.
 func (r *runner) clusterCmd(ctx context.Context, args []string) error {
-	if err := r.subcommandHelp(args, clusterHelp, "cluster: say status, add-broker, move, drain or remove-broker"); err != nil {
+	if err := r.subcommandHelp(args, membershipHelp, "cluster: say membership, add-broker, move, drain or remove-broker"); err != nil {
 		return err
 	}
-	sub := args[0]
+	return r.membershipCmd(ctx, args[0], args[1:])
+}
+
+// membershipSubs are the subcommands of lqcat cluster that membershipCmd runs.
+var membershipSubs = []string{"membership", "add-broker", "move", "drain", "remove-broker"}
+
+// membershipCmd runs one membership subcommand of lqcat cluster with its arguments.
+func (r *runner) membershipCmd(ctx context.Context, sub string, args []string) error {
 	var (
 		topic, replicas, addr, tlsAddr, clusterAddr string
 		part                                        partFlag
 		moving, wait, noDrain                       bool
 		waitTimeout                                 = 10 * time.Minute
 	)
-	pos, err := r.adminFamily("cluster "+sub, clusterHelp, args[1:], func(fs *flag.FlagSet) {
+	pos, err := r.adminFamily("cluster "+sub, membershipHelp, args, func(fs *flag.FlagSet) {
 		switch sub {
-		case "status":
+		case "membership":
 			onceVar(fs, &topic, "t", "topic")
 			fs.BoolVar(&moving, "moving", false, "only partitions whose move is under way")
 		case "add-broker":
@@ -94,16 +102,16 @@ func (r *runner) clusterCmd(ctx context.Context, args []string) error {
 		return usageErr("--wait-timeout must be positive")
 	}
 	switch sub {
-	case "status":
+	case "membership":
 		if len(pos) > 0 {
-			return usageErr("cluster status: unexpected argument %q", pos[0])
+			return usageErr("cluster membership: unexpected argument %q", pos[0])
 		}
 		if topic != "" {
 			if err := wire.ValidTopicName(topic); err != nil {
 				return usageErr("-t: %v", err)
 			}
 		}
-		return r.clusterStatus(ctx, topic, moving)
+		return r.membershipView(ctx, topic, moving)
 	case "add-broker":
 		id, err := nodeArg(sub, pos)
 		if err != nil {
@@ -145,7 +153,7 @@ func (r *runner) clusterCmd(ctx context.Context, args []string) error {
 			if !wait {
 				return nil
 			}
-			return r.waitFor(ctx, conn, waitTimeout, fmt.Sprintf("partition %d of %s to finish moving", part.v, topic), func(st *wire.ClusterStatusResponse) bool {
+			return r.waitFor(ctx, conn, waitTimeout, fmt.Sprintf("partition %d of %s to finish moving", part.v, topic), func(st *wire.MembershipResponse) bool {
 				for _, p := range st.Partitions {
 					if p.Topic == topic && p.Partition == uint32(part.v) {
 						return false
@@ -191,7 +199,7 @@ func (r *runner) clusterCmd(ctx context.Context, args []string) error {
 			return nil
 		})
 	}
-	return usageErr("cluster %q: want status, add-broker, move, drain or remove-broker", sub)
+	return usageErr("cluster %q: want %s", sub, strings.Join(membershipSubs, ", "))
 }
 
 // clusterDo connects as the admin and runs f; f bounds each request (reqCtx) and each wait
@@ -218,7 +226,7 @@ func (r *runner) drain(ctx context.Context, conn *client.Conn, id uint32) error 
 
 // waitDrained waits until broker id holds no replica, moves under way included.
 func (r *runner) waitDrained(ctx context.Context, conn *client.Conn, id uint32, timeout time.Duration) error {
-	return r.waitFor(ctx, conn, timeout, fmt.Sprintf("broker %d to hold no replica", id), func(st *wire.ClusterStatusResponse) bool {
+	return r.waitFor(ctx, conn, timeout, fmt.Sprintf("broker %d to hold no replica", id), func(st *wire.MembershipResponse) bool {
 		for _, b := range st.Brokers {
 			if b.NodeID == id {
 				return b.Replicas == 0 && b.Leaving == 0
@@ -228,21 +236,21 @@ func (r *runner) waitDrained(ctx context.Context, conn *client.Conn, id uint32, 
 	}, "")
 }
 
-// waitFor asks CLUSTER_STATUS (the moving partitions, of topic when not empty) until done
+// waitFor asks MEMBERSHIP (the moving partitions, of topic when not empty) until done
 // holds or timeout passes, saying with -v what is still moving.
-func (r *runner) waitFor(ctx context.Context, conn *client.Conn, timeout time.Duration, what string, done func(*wire.ClusterStatusResponse) bool, topic string) error {
+func (r *runner) waitFor(ctx context.Context, conn *client.Conn, timeout time.Duration, what string, done func(*wire.MembershipResponse) bool, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	last := -1
 	for {
-		st, err := conn.ClusterStatus(ctx, topic, true)
+		st, err := conn.Membership(ctx, topic, true)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("still waiting for %s after %v (the moves go on in the cluster: lqcat cluster status --moving)", what, timeout)
+			return fmt.Errorf("still waiting for %s after %v (the moves go on in the cluster: lqcat cluster membership --moving)", what, timeout)
 		case err != nil:
-			return brokerErr(fmt.Errorf("cluster status: %w", err))
+			return brokerErr(fmt.Errorf("cluster membership: %w", err))
 		case done(st):
 			r.info("done waiting for %s", what)
 			return nil
@@ -253,7 +261,7 @@ func (r *runner) waitFor(ctx context.Context, conn *client.Conn, timeout time.Du
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("still waiting for %s after %v (the moves go on in the cluster: lqcat cluster status --moving)", what, timeout)
+			return fmt.Errorf("still waiting for %s after %v (the moves go on in the cluster: lqcat cluster membership --moving)", what, timeout)
 		case <-tick.C:
 		}
 	}
@@ -309,7 +317,7 @@ func parseNodeList(s string) ([]uint32, error) {
 	return ids, nil
 }
 
-type jsonClusterBroker struct {
+type jsonMemberBroker struct {
 	Node        uint32 `json:"node"`
 	State       string `json:"state"`
 	Metadata    string `json:"metadata"`
@@ -320,7 +328,7 @@ type jsonClusterBroker struct {
 	Leaving     uint32 `json:"leaving"`
 }
 
-type jsonClusterPartition struct {
+type jsonMemberPartition struct {
 	Topic     string           `json:"topic"`
 	Partition uint32           `json:"partition"`
 	Group     uint64           `json:"group"`
@@ -334,38 +342,32 @@ type jsonClusterPartition struct {
 	Lag       map[string]int64 `json:"lag,omitempty"` // by node id, on the leader; -1 unknown
 }
 
-type jsonClusterStatus struct {
-	Node           uint32                 `json:"node"`
-	MetadataLeader uint32                 `json:"metadata_leader"`
-	Brokers        []jsonClusterBroker    `json:"brokers"`
-	Partitions     []jsonClusterPartition `json:"partitions"`
+type jsonMembership struct {
+	Node           uint32                `json:"node"`
+	MetadataLeader uint32                `json:"metadata_leader"`
+	Brokers        []jsonMemberBroker    `json:"brokers"`
+	Partitions     []jsonMemberPartition `json:"partitions"`
 }
 
-func (r *runner) clusterStatus(ctx context.Context, topic string, moving bool) error {
+func (r *runner) membershipView(ctx context.Context, topic string, moving bool) error {
 	conn, rctx, done, err := r.request(ctx, adminOnly)
 	if err != nil {
 		return err
 	}
 	defer done()
-	st, err := conn.ClusterStatus(rctx, topic, moving)
+	st, err := conn.Membership(rctx, topic, moving)
 	if err != nil {
-		return brokerErr(fmt.Errorf("cluster status: %w", err))
+		return brokerErr(fmt.Errorf("cluster membership: %w", err))
 	}
 	if r.c.json {
-		out := jsonClusterStatus{Node: st.NodeID, MetadataLeader: st.MetaLeader, Brokers: []jsonClusterBroker{}, Partitions: []jsonClusterPartition{}}
+		out := jsonMembership{Node: st.NodeID, MetadataLeader: st.MetaLeader, Brokers: []jsonMemberBroker{}, Partitions: []jsonMemberPartition{}}
 		for _, b := range st.Brokers {
-			out.Brokers = append(out.Brokers, jsonClusterBroker{Node: b.NodeID, State: b.State.String(), Metadata: b.Meta.String(),
+			out.Brokers = append(out.Brokers, jsonMemberBroker{Node: b.NodeID, State: b.State.String(), Metadata: b.Meta.String(),
 				Addr: b.Addr, TLSAddr: b.TLSAddr, ClusterAddr: b.ClusterAddr, Replicas: b.Replicas, Leaving: b.Leaving})
 		}
 		for _, p := range st.Partitions {
-			jp := jsonClusterPartition{Topic: p.Topic, Partition: p.Partition, Group: p.Group, Replicas: orEmpty(p.Replicas), Previous: orEmpty(p.Previous),
+			jp := jsonMemberPartition{Topic: p.Topic, Partition: p.Partition, Group: p.Group, Replicas: orEmpty(p.Replicas), Previous: orEmpty(p.Previous),
 				Moving: len(p.Previous) > 0, Held: p.Held, Leader: p.Leader, Voters: p.Voters, Learners: p.Learners}
-			for _, l := range p.Lags {
-				if jp.Lag == nil {
-					jp.Lag = map[string]int64{}
-				}
-				jp.Lag[strconv.FormatUint(uint64(l.NodeID), 10)] = l.Lag
-			}
 			out.Partitions = append(out.Partitions, jp)
 		}
 		return writeJSONLine(r.stdout, out)
@@ -387,24 +389,13 @@ func (r *runner) clusterStatus(ctx context.Context, topic string, moving bool) e
 	}
 	fmt.Fprintln(r.stdout)
 	tw = tabwriter.NewWriter(r.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tREPLICAS\tMOVING FROM\tLEADER\tVOTERS\tLEARNERS\tLAG")
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tREPLICAS\tMOVING FROM\tLEADER\tVOTERS\tLEARNERS")
 	for _, p := range st.Partitions {
-		leader, voters, learners, lag := "-", "-", "-", "-"
+		leader, voters, learners := "-", "-", "-"
 		if p.Held {
 			leader, voters, learners = nodeOrNone(p.Leader), nodeList(p.Voters), nodeList(p.Learners)
 		}
-		if len(p.Lags) > 0 {
-			var parts []string
-			for _, l := range p.Lags {
-				v := strconv.FormatInt(l.Lag, 10)
-				if l.Lag < 0 {
-					v = "?"
-				}
-				parts = append(parts, fmt.Sprintf("%d:%s", l.NodeID, v))
-			}
-			lag = strings.Join(parts, ",")
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, nodeList(p.Replicas), nodeList(p.Previous), leader, voters, learners, lag)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, nodeList(p.Replicas), nodeList(p.Previous), leader, voters, learners)
 	}
 	return tw.Flush()
 }
