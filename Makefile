@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 PKGS      := ./...
 
-.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench metricsbench metrics-overhead bench-e2e bench-fetch compare compare-smoke crash soak build-386 clean
+.PHONY: all build run test test-loaded unit race lint fuzz fuzz-short bench microbench metricsbench metrics-overhead bench-e2e bench-fetch compare compare-smoke crash cluster chaos chaos-short soak build-386 clean
 
 all: build
 
@@ -105,6 +105,26 @@ metrics-overhead:
 # kill -9 crash cycles against the real binary (CRASH_CYCLES over the three fsync modes).
 crash:
 	LIGHTQ_CRASH_CYCLES=$(or $(CRASH_CYCLES),200) $(GO) test -count=1 -timeout 30m -run '^TestCrash' -v ./test/crash/
+
+# Three brokers of one cluster on loopback in the foreground, data in ./data/cluster/N; prints
+# their addresses, the admin password and lqcat commands to try. Ctrl-C stops all three.
+# CLUSTER_PORT moves the ports (default 7451: clients 7451-7453, cluster 7461-7463, http 7471-7473).
+cluster: build
+	./tools/cluster.sh
+
+# Fault cycles against three real brokers (test/chaos): CHAOS_CYCLES (default 20) over three
+# runs (acks 1 and 2 on fsync=always, acks 1 on fsync=never), drawn under CHAOS_SEED (default
+# the clock, always printed). Ends with the line
+#   chaos: cycles=N acked=N lost=0 duplicated=0 divergent=0 failover_p99_ms=N
+# and fails unless lost, duplicated and divergent are 0 and the failover p99 is within 2 s.
+chaos:
+	CHAOS_CYCLES=$(or $(CHAOS_CYCLES),20) $(if $(CHAOS_SEED),CHAOS_SEED=$(CHAOS_SEED)) \
+	  $(GO) test -count=1 -timeout 90m -run '^TestChaos$$' -v ./test/chaos/
+
+# The short chaos run that make test includes: four cycles on one run (skipped, saying so,
+# while the broker refuses cluster settings).
+chaos-short:
+	$(GO) test -count=1 -timeout 15m -run '^TestChaosShort$$' -v ./test/chaos/
 
 # The long versions: crash cycles, the log's power-loss loop and torn tails at 10x, and
 # 512 MiB through a tiny receive buffer.

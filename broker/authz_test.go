@@ -576,6 +576,17 @@ var authzOps = []authzOp{
 		}
 		return code
 	}},
+	{"CLUSTER_STATUS", wire.OpClusterStatus, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		code, body := request(t, c, wire.OpClusterStatus, (&wire.ClusterStatus{}).AppendTo(nil))
+		if code == 0 {
+			// A broker without cluster settings: not a member, no replicated topics.
+			var resp wire.ClusterStatusResponse
+			if err := resp.Decode(body); err != nil || resp.Member || resp.NodeID == 0 || len(resp.Topics) != 0 {
+				t.Errorf("CLUSTER_STATUS %+v, %v", resp, err)
+			}
+		}
+		return code
+	}},
 	{"LIST_USERS", wire.OpListUsers, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
 		m := wire.ListUsers{Topic: "tq"}
 		code, body := request(t, c, wire.OpListUsers, m.AppendTo(nil))
@@ -650,6 +661,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"DRAIN_BROKER":      clusterOnly,
 		"REMOVE_BROKER":     clusterOnly,
 		"MEMBERSHIP":        adminOnly,
+		"CLUSTER_STATUS":    adminOnly,
 	}
 	covered := map[wire.Op]bool{wire.OpHello: true, wire.OpAuth: true} // every cell uses them
 	for _, op := range authzOps {

@@ -224,9 +224,9 @@ func (n *clusterNode) closeTransport() {
 	}
 }
 
-// ClusterAddr is the address this broker's cluster port listens on (with the real port when
-// its cluster-peers entry said 0), or "" without cluster settings or before Start. Safe for
-// concurrent use after Start.
+// ClusterAddr is the address of the cluster port (with the real port when the cluster
+// settings said port 0), or "" without cluster settings or before Start. Safe for
+// concurrent use after Start returned.
 func (s *Server) ClusterAddr() string {
 	if s.cluster == nil {
 		return ""

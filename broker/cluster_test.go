@@ -3,6 +3,8 @@ package broker
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,12 @@ type testCluster struct {
 
 func startCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each broker's Config changed by mutate (may be nil).
+func startClusterWith(t *testing.T, n int, mutate func(*Config)) *testCluster {
+	t.Helper()
 	tc := &testCluster{t: t}
 	peers := map[uint64]string{}
 	for i := 1; i <= n; i++ {
@@ -31,6 +39,9 @@ func startCluster(t *testing.T, n int) *testCluster {
 		cfg := testConfig(t)
 		cfg.NodeID = uint32(i)
 		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret)}
+		if mutate != nil {
+			mutate(&cfg)
+		}
 		tc.cfgs = append(tc.cfgs, cfg)
 		tc.brokers = append(tc.brokers, startWith(t, cfg))
 	}
@@ -157,4 +168,42 @@ func TestClusterReplicatedTopic(t *testing.T) {
 	c.produce("orders", 0, testBatch(t, "after"))
 	t.Logf("new leader node %d took produce %v after the old one stopped", nl+1, time.Since(start).Round(time.Millisecond))
 	c.conn.Close()
+
+	// The old leader comes back: it rebuilds the topic from its metadata replica and its
+	// replica catches up, to the same bytes as the leader's.
+	tc.brokers[li] = startWith(t, tc.cfgs[li])
+	tc.wire()
+	lead := (*tc.brokers[nl].topics.Load())["orders"].parts[0].dlog()
+	back := func() *durablePart {
+		t := (*tc.brokers[li].topics.Load())["orders"]
+		if t == nil {
+			return nil
+		}
+		return t.parts[0].dlog()
+	}
+	waitUntil(t, "the restarted broker's replica caught up", func() bool {
+		d := back()
+		return d != nil && d.repl != nil && d.repl.HighWatermark() == lead.repl.HighWatermark() && d.log.NextOffset() == lead.log.NextOffset()
+	})
+	if a, b := segmentBytes(t, partitionDir(tc.cfgs[nl].DataDir, "orders", 0)), segmentBytes(t, partitionDir(tc.cfgs[li].DataDir, "orders", 0)); !bytes.Equal(a, b) {
+		t.Fatalf("the restarted replica's log (%d bytes) differs from the leader's (%d bytes)", len(b), len(a))
+	}
+}
+
+// segmentBytes reads a partition's segment files, in order.
+func segmentBytes(t *testing.T, dir string) []byte {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	return all
 }

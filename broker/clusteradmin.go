@@ -12,7 +12,7 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// The cluster membership requests (PROTOCOL.md section 16.1): ADD_BROKER, MOVE_REPLICAS,
+// The cluster membership requests (PROTOCOL.md section 16.2): ADD_BROKER, MOVE_REPLICAS,
 // DRAIN_BROKER, REMOVE_BROKER and MEMBERSHIP, all admin only (authz.go). Each runs on the
 // auth pool like the topic changes, proposes to the metadata group and answers once this
 // broker has applied the change. A move itself then happens in the background, driven by the

@@ -28,7 +28,7 @@ type ClusterConfig struct {
 	AdvertiseAddr, AdvertiseTLSAddr string
 	// Join starts a broker that joins a running cluster rather than founding one: its
 	// metadata member starts without bootstrapping a group (cluster/meta Config.Join) and
-	// waits until an admin adds it (ADD_BROKER, PROTOCOL.md section 16.1). Peers then names
+	// waits until an admin adds it (ADD_BROKER, PROTOCOL.md section 16.2). Peers then names
 	// the members it can reach and itself. Ignored once the data directory holds the
 	// cluster's metadata (a restart).
 	Join bool

@@ -13,7 +13,7 @@ import (
 	"github.com/lightq/lightq/cluster/replica"
 )
 
-// The mover drives the moves of partitions (PROTOCOL.md section 16.1). A move is in the
+// The mover drives the moves of partitions (PROTOCOL.md section 16.2). A move is in the
 // metadata (cmeta.SetReplicas: the new replicas, and the old ones in Previous); the
 // partition's Raft group then changes its membership, one change at a time, each committed
 // before the next is proposed (etcd raft's single-change rule keeps any two successive

@@ -10,7 +10,7 @@ import (
 )
 
 // This file opens and closes the replicas a cluster member holds as the metadata moves
-// partitions (PROTOCOL.md section 16.1), and keeps the transport's peers in step with the
+// partitions (PROTOCOL.md section 16.2), and keeps the transport's peers in step with the
 // metadata's brokers. All of it runs on the cluster node's goroutine, from reconcile, under
 // Server.adminMu; what the event loops read (partition.dl, replPart.part and replicas) is
 // published through atomic pointers.

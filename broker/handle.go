@@ -107,6 +107,8 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleRemoveBroker(h.Corr, body)
 	case wire.OpMembership:
 		c.handleMembership(h.Corr, body)
+	case wire.OpClusterStatus:
+		c.handleClusterStatus(h.Corr, body)
 	default:
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
 	}

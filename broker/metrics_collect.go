@@ -14,7 +14,8 @@ import (
 // segment list's read lock, one pass), connection sets (Server.connsMu, held to read four
 // lengths) and committed offsets (offsetlog.Store.Get per tracked group and partition). No
 // scrape holds a lock an event loop waits for longer than a map look-up or a loop over a
-// partition's segments, and nothing here runs on an event loop.
+// partition's segments, and nothing here runs on an event loop. A cluster member's series
+// (metrics_cluster.go) read each replica's status, which waits for its Raft loop.
 //
 // Series come and go with what they describe: a partition's with its topic, a group's with
 // its tracking (groupTracker).
@@ -53,6 +54,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descCommitted, descLag, descGroups, descConns, descStalled} {
 		ch <- d
 	}
+	for _, d := range clusterDescs {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -69,6 +73,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.collectGroups(ch, *topics)
+	c.collectCluster(ch, *topics)
 }
 
 func (c *stateCollector) collectConnections(ch chan<- prometheus.Metric) {

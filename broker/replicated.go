@@ -119,7 +119,7 @@ func (s *Server) replicatedRefusal(t *topic, p *partition, err error) error {
 	var nl *replica.NotLeaderError
 	switch {
 	case errors.As(err, &nl):
-		msg := fmt.Sprintf("partition %d of %s: this broker (node %d) is no longer its leader", p.id, t.name, s.nodeID())
+		msg := fmt.Sprintf("partition %d of %s: this broker (node %d) is not its leader", p.id, t.name, s.nodeID())
 		if b, ok := s.clusterBroker(nl.Leader); ok {
 			msg += fmt.Sprintf("; node %d is, at %s", nl.Leader, b.ClientAddr)
 		}

@@ -41,7 +41,7 @@ func (c *Conn) CreateTopic(ctx context.Context, cfg TopicConfig) error {
 		Name: cfg.Name, Kind: cfg.Kind, Partitions: uint32(cfg.Partitions),
 		User: cfg.User, Password: cfg.Password, Options: cfg.Options,
 	}
-	_, err := c.roundTrip(ctx, wire.OpCreateTopic, req.AppendTo(nil))
+	_, err := c.anyRoundTrip(ctx, wire.OpCreateTopic, req.AppendTo(nil))
 	return err
 }
 
@@ -51,7 +51,7 @@ func (c *Conn) DeleteTopic(ctx context.Context, name string) error {
 		return fmt.Errorf("lightq: %w", err)
 	}
 	req := wire.TopicName{Name: name}
-	_, err := c.roundTrip(ctx, wire.OpDeleteTopic, req.AppendTo(nil))
+	_, err := c.anyRoundTrip(ctx, wire.OpDeleteTopic, req.AppendTo(nil))
 	return err
 }
 
@@ -63,7 +63,7 @@ func (c *Conn) Metadata(ctx context.Context, topics ...string) ([]wire.TopicMeta
 		}
 	}
 	req := wire.MetadataRequest{Topics: topics}
-	body, err := c.roundTrip(ctx, wire.OpMetadata, req.AppendTo(nil))
+	body, err := c.anyRoundTrip(ctx, wire.OpMetadata, req.AppendTo(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (c *Conn) Stats(ctx context.Context, topic string) ([]wire.TopicStats, erro
 		}
 	}
 	req := wire.TopicName{Name: topic}
-	body, err := c.roundTrip(ctx, wire.OpStats, req.AppendTo(nil))
+	body, err := c.anyRoundTrip(ctx, wire.OpStats, req.AppendTo(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -222,15 +222,16 @@ func (it *BatchIter) Batch() *wire.Batch { return &it.cur }
 // Err is the first error met.
 func (it *BatchIter) Err() error { return it.err }
 
-// Fetch reads batches of a durable topic's partition from req.Offset. This is the thin
+// Fetch reads batches of a durable topic's partition from req.Offset, asking the
+// partition's leader (and following NOT_LEADER: doc.go, "Clusters"). This is the thin
 // request; Conn.NewConsumer and DialConsumer build the durable consumer on it (positions,
 // prefetch, groups, reconnects).
 func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) {
-	body, err := c.roundTrip(ctx, wire.OpFetch, req.AppendTo(nil))
+	body, err := c.partitionRoundTrip(ctx, req.Topic, int32(req.Partition), wire.OpFetch, req.AppendTo(nil))
 	if err != nil {
 		return nil, err
 	}
-	res := &FetchResult{topic: req.Topic, offset: req.Offset, maxBatch: c.limits.MaxBatch}
+	res := &FetchResult{topic: req.Topic, offset: req.Offset, maxBatch: c.Limits().MaxBatch}
 	if err := res.FetchResponse.Decode(body); err != nil {
 		return nil, fmt.Errorf("%w: FETCH response: %w", ErrProtocol, err)
 	}
@@ -238,9 +239,10 @@ func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) 
 }
 
 // ListOffsets looks up an offset of a durable topic's partition: the earliest, the latest, or
-// the first at or after a timestamp.
+// the first at or after a timestamp. It asks the partition's leader, as Fetch does.
 func (c *Conn) ListOffsets(ctx context.Context, req wire.ListOffsets) (int64, error) {
-	return c.offsetRequest(ctx, wire.OpListOffsets, req.AppendTo(nil))
+	resp, err := c.partitionRoundTrip(ctx, req.Topic, int32(req.Partition), wire.OpListOffsets, req.AppendTo(nil))
+	return decodeOffset(wire.OpListOffsets, resp, err)
 }
 
 // CommitOffset stores a group's next offset to read for a partition.
@@ -256,6 +258,11 @@ func (c *Conn) FetchCommitted(ctx context.Context, req wire.FetchCommitted) (int
 
 func (c *Conn) offsetRequest(ctx context.Context, op wire.Op, body []byte) (int64, error) {
 	resp, err := c.roundTrip(ctx, op, body)
+	return decodeOffset(op, resp, err)
+}
+
+// decodeOffset reads an OffsetResponse, the answer of op.
+func decodeOffset(op wire.Op, resp []byte, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}

@@ -17,10 +17,13 @@ type backoff struct {
 	cur      time.Duration // the last wait before jitter; 0 before the first
 }
 
-// Reconnect and retry schedules.
+// Reconnect and retry schedules. A partition without a known leader (an election, PROTOCOL.md
+// section 16, which takes a second or two) is looked up again from lookupMin up to lookupMax.
 const (
 	reconnectMin = 50 * time.Millisecond
 	reconnectMax = 2 * time.Second
+	lookupMin    = 50 * time.Millisecond
+	lookupMax    = time.Second
 )
 
 // next returns the next wait.

@@ -9,7 +9,7 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// Cluster membership (PROTOCOL.md section 16.1): admin requests any broker of a cluster
+// Cluster membership (PROTOCOL.md section 16.2): admin requests any broker of a cluster
 // answers. Each is one request; a move then goes on in the cluster, which WaitMoves follows.
 
 // BrokerAddrs are where a broker is reached: by clients (Addr, and TLSAddr when it has a TLS

@@ -1,12 +1,13 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,11 +90,11 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Conn is a connection to a broker that reconnects by itself. All its methods are safe for
-// concurrent use; requests from several goroutines are pipelined on the one socket and matched
-// to their answers by correlation id.
+// Conn is a connection to a broker, or to the brokers of a cluster, that reconnects by
+// itself. All its methods are safe for concurrent use; requests from several goroutines are
+// pipelined on the one socket of each broker and matched to their answers by correlation id.
 //
-// When the socket breaks (the broker restarts, is killed, shuts down, or the network fails),
+// When a socket breaks (the broker restarts, is killed, shuts down, or the network fails),
 // the requests waiting for an answer fail with an error wrapping ErrConnectionLost and
 // subscriptions end with it; the Conn then dials again with backoff (50 ms doubling to 2 s,
 // with jitter) and logs in again, until it succeeds or is closed. Requests made meanwhile
@@ -101,9 +102,14 @@ func (o *Options) setDefaults() {
 // what was not acknowledged, and consumers resume at their positions. The Conn gives up only
 // when the broker refuses the credentials on a reconnect (AUTH_FAILED): Done is closed and Err
 // says why.
+//
+// In a cluster (PROTOCOL.md section 16) the Conn keeps a view of the partitions' leaders and
+// a connection to each broker it sends a partition's requests to (doc.go, "Clusters").
 type Conn struct {
 	opts Options
-	open func(context.Context) (net.Conn, error) // dials a new socket (Dial: TCP to the address)
+	// dialAddr opens a socket to a broker the cluster view names (TCP, or TLS with
+	// Options.TLS).
+	dialAddr func(ctx context.Context, addr string) (net.Conn, error)
 
 	corr atomic.Uint32
 
@@ -111,65 +117,91 @@ type Conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// wmu guards the writer: whoever holds it writes whole frames to wl through bw.
-	wmu sync.Mutex
-	wl  *link // the connection bw writes to
-	bw  *bufio.Writer
-	// writes counts the frames written (under wmu), so keepAlive can tell an idle connection.
-	writes uint64
-	whdr   [wire.HeaderSize]byte
+	// boot is the node Dial connected (one of the seed addresses): group, subscription,
+	// committed-offset and PING requests go to it, as they did before clusters.
+	boot *node
 
-	// mu guards everything below and the fields of each link marked "guarded by Conn.mu".
-	mu      sync.Mutex
-	cur     *link         // the working connection; nil while reconnecting and at the end
-	lastErr error         // why the last connection, or the last reconnect attempt, failed
-	err     error         // terminal: set once, by Close or a refused login on a reconnect
-	up      chan struct{} // closed when cur is set again or at the end; replaced at each loss
-	limits  wire.Limits
-	role    wire.Role
-	broker  string
+	// mu guards everything below, the fields of each node marked "guarded by Conn.mu", and
+	// the fields of each link marked so.
+	mu    sync.Mutex
+	nodes []*node // boot first, then the other brokers in the order they were first needed
+	// changed is closed and replaced whenever a link of any node is installed or fails:
+	// producers watch it to follow their partitions' connections.
+	changed    chan struct{}
+	view       clusterView
+	refreshing map[string]*refreshCall // METADATA refreshes in flight, by topic
+	err        error                   // terminal: set once, by Close or a refused login on a reconnect
 	// watchers are told about each failed reconnect attempt (DialConsumer reports them).
 	watchers  map[int]func(err error, retryIn time.Duration)
 	nextWatch int
 
 	done chan struct{}  // closed with err
-	bg   sync.WaitGroup // readers, the reconnector, the keep-alive
+	bg   sync.WaitGroup // readers, the reconnectors, the keep-alive
 }
 
 // Dial connects to the broker at addr, sends HELLO and AUTH, and returns the ready connection.
-// A refusal by the broker is returned as the *wire.Error it sent, for example
+// addr may list several brokers of a cluster, separated by commas ("b1:7450,b2:7450"): Dial
+// tries them in order and keeps the first that answers; the Conn learns the other brokers
+// from it (doc.go, "Clusters"), and its reconnects go through the list again. A refusal by
+// the broker is returned as the *wire.Error it sent, for example
 // errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) for a wrong password. Dial itself
 // does not retry a failed connect: the Conn reconnects only once it has been connected.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
-	if opts.TLS != nil {
-		return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) { return dialTLS(ctx, addr, opts.TLS) })
+	seeds, err := splitSeeds(addr)
+	if err != nil {
+		return nil, err
 	}
-	return dial(ctx, opts, func(ctx context.Context) (net.Conn, error) {
+	return dial(ctx, opts, seeds, nil)
+}
+
+// splitSeeds reads Dial's comma-separated address list.
+func splitSeeds(list string) ([]string, error) {
+	var seeds []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			seeds = append(seeds, a)
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("lightq: no broker address in %q", list)
+	}
+	return seeds, nil
+}
+
+// dialBroker opens a socket to addr: TCP, or TLS with opts.TLS.
+func dialBroker(opts *Options) func(ctx context.Context, addr string) (net.Conn, error) {
+	if opts.TLS != nil {
+		return func(ctx context.Context, addr string) (net.Conn, error) { return dialTLS(ctx, addr, opts.TLS) }
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("lightq: dial %s: %w", addr, err)
 		}
 		return nc, nil
-	})
+	}
 }
 
-// dial makes a Conn whose sockets open makes, and connects it. Tests open in-memory pipes
-// with it instead of TCP connections.
-func dial(ctx context.Context, opts Options, open func(context.Context) (net.Conn, error)) (*Conn, error) {
+// dial makes a Conn whose boot node dials seeds (with open, or TCP/TLS when open is nil) and
+// connects it. Tests open in-memory pipes with open instead of TCP connections.
+func dial(ctx context.Context, opts Options, seeds []string, open func(context.Context) (net.Conn, error)) (*Conn, error) {
 	opts.setDefaults()
-	c := &Conn{
-		opts: opts, open: open, limits: wire.DefaultLimits(),
-		bw: bufio.NewWriterSize(nil, opts.WriteBufferSize),
-		up: make(chan struct{}), done: make(chan struct{}),
+	c := &Conn{opts: opts, changed: make(chan struct{}), done: make(chan struct{})}
+	c.dialAddr = dialBroker(&c.opts)
+	bootOpen := c.dialAddr
+	if open != nil {
+		bootOpen = func(ctx context.Context, _ string) (net.Conn, error) { return open(ctx) }
 	}
+	c.boot = c.newNode(seeds, bootOpen)
+	c.nodes = []*node{c.boot}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	l, err := c.connect(ctx)
+	l, err := c.boot.connect(ctx)
 	if err != nil {
 		c.terminate(ErrClosed)
 		return nil, err
 	}
-	if !c.install(l) {
+	if !c.boot.install(l) {
 		c.terminate(ErrClosed)
 		return nil, lost(l.cause())
 	}
@@ -180,32 +212,36 @@ func dial(ctx context.Context, opts Options, open func(context.Context) (net.Con
 	return c, nil
 }
 
-// keepAlive sends a PING whenever a whole interval passed without a frame written, until the
-// Conn ends. A PING that fails needs no handling here: a broken socket fails its connection,
-// which every caller sees, and the Conn reconnects.
+// keepAlive sends a PING on each node's connection whenever a whole interval passed without
+// a frame written to it, until the Conn ends. A PING that fails needs no handling here: a
+// broken socket fails its connection, which every caller sees, and the Conn reconnects.
 func (c *Conn) keepAlive(every time.Duration) {
 	defer c.bg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
-	last := uint64(0)
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-t.C:
 		}
-		c.wmu.Lock()
-		n := c.writes
-		c.wmu.Unlock()
-		if ok, _ := c.Connected(); n == last && ok {
-			ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
-			_, _ = c.Ping(ctx)
-			cancel()
-			c.wmu.Lock()
-			n = c.writes
-			c.wmu.Unlock()
+		c.mu.Lock()
+		nodes := slices.Clone(c.nodes)
+		c.mu.Unlock()
+		for _, n := range nodes {
+			n.wmu.Lock()
+			w := n.writes
+			n.wmu.Unlock()
+			if l, _, _ := n.current(); w == n.seen && l != nil {
+				ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+				_, _ = c.exchange(ctx, l, wire.OpPing, nil, false)
+				cancel()
+				n.wmu.Lock()
+				w = n.writes
+				n.wmu.Unlock()
+			}
+			n.seen = w
 		}
-		last = n
 	}
 }
 
@@ -214,21 +250,21 @@ func (c *Conn) keepAlive(every time.Duration) {
 func (c *Conn) Limits() wire.Limits {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.limits
+	return c.boot.limits
 }
 
 // Role returns the role the broker granted at AUTH.
 func (c *Conn) Role() wire.Role {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.role
+	return c.boot.role
 }
 
 // BrokerVersion returns the version string the broker sent in its HELLO response.
 func (c *Conn) BrokerVersion() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.broker
+	return c.boot.broker
 }
 
 // Done is closed when the Conn is closed or has given up reconnecting; Err then tells why. A
@@ -243,15 +279,16 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Connected reports whether the Conn has a working connection now. While it reconnects it
-// returns false and why the last connection or reconnect attempt failed.
+// Connected reports whether the Conn has a working connection now (to the broker Dial
+// connected). While it reconnects it returns false and why the last connection or reconnect
+// attempt failed.
 func (c *Conn) Connected() (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return false, c.err
 	}
-	return c.cur != nil, c.lastErr
+	return c.boot.cur != nil, c.boot.lastErr
 }
 
 // Close closes the connection and stops reconnecting. Pending requests, producer callbacks
@@ -272,19 +309,39 @@ func (c *Conn) terminate(err error) {
 		return
 	}
 	c.err = err
-	l := c.cur
-	c.cur = nil
-	close(c.done)
-	select {
-	case <-c.up:
-	default:
-		close(c.up) // whoever waits for a connection sees the end
+	var links []*link
+	for _, n := range c.nodes {
+		if n.cur != nil {
+			links = append(links, n.cur)
+		}
+		n.cur = nil
+		select {
+		case <-n.up:
+		default:
+			close(n.up) // whoever waits for a connection sees the end
+		}
 	}
+	close(c.done)
+	c.changedLocked()
 	c.mu.Unlock()
 	c.cancel()
-	if l != nil {
+	for _, l := range links {
 		c.failLink(l, err)
 	}
+}
+
+// changedLocked tells the watchers of c.changed that a link was installed or failed.
+// Conn.mu is held.
+func (c *Conn) changedLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// linkChanges returns the channel closed at the next change of any node's link.
+func (c *Conn) linkChanges() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
 }
 
 // lost wraps a cause of connection failure.
@@ -299,59 +356,9 @@ func (c *Conn) nextCorr() uint32 {
 	}
 }
 
-// current returns the working connection, or nil while reconnecting, with the channel closed
-// when that changes (a new connection, or the end) and the terminal error.
-func (c *Conn) current() (*link, <-chan struct{}, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cur, c.up, c.err
-}
-
-// awaitLink returns the working connection, waiting for a reconnect in progress until ctx
-// ends.
-func (c *Conn) awaitLink(ctx context.Context) (*link, error) {
-	for {
-		l, up, err := c.current()
-		if err != nil {
-			return nil, err
-		}
-		if l != nil {
-			return l, nil
-		}
-		select {
-		case <-up:
-		case <-ctx.Done():
-			_, last := c.Connected()
-			if last == nil {
-				return nil, fmt.Errorf("lightq: reconnecting: %w", ctx.Err())
-			}
-			return nil, fmt.Errorf("lightq: reconnecting (%v): %w", last, ctx.Err())
-		}
-	}
-}
-
-// beginWrite locks the writer for connection l and arms the write deadline. It fails, without
-// the lock, when l has failed or is no longer the one written to. The caller writes whole
-// frames to c.bw and then calls endWrite.
-func (c *Conn) beginWrite(l *link) error {
-	c.wmu.Lock()
-	c.mu.Lock()
-	err := l.err
-	switch {
-	case err != nil:
-	case l.werr != nil:
-		err = lost(l.werr)
-	case c.wl != l:
-		err = lost(errReplaced)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		c.wmu.Unlock()
-		return err
-	}
-	_ = l.nc.SetWriteDeadline(time.Now().Add(c.opts.RequestTimeout))
-	return nil
-}
+// awaitLink returns the boot node's working connection, waiting for a reconnect in progress
+// until ctx ends.
+func (c *Conn) awaitLink(ctx context.Context) (*link, error) { return c.boot.awaitLink(ctx) }
 
 // errReplaced: a write meant for a connection that a reconnect has replaced.
 var errReplaced = errors.New("connection replaced by a reconnect")
@@ -364,45 +371,9 @@ const (
 	flushLater                  // it waits in the buffer for a later flush (producer batching)
 )
 
-// endWrite flushes (with flushNow) and unlocks the writer. A write error breaks connection l:
-// a partial frame cannot be taken back.
-func (c *Conn) endWrite(l *link, werr error, flush flushMode) error {
-	if werr == nil && flush == flushNow {
-		werr = c.bw.Flush()
-	}
-	c.writes++
-	c.wmu.Unlock()
-	if werr != nil {
-		return c.writeFailed(l, werr)
-	}
-	return nil
-}
-
-// writeVectored writes a large frame given in pieces with one writev, after flushing what the
-// buffer holds. The caller holds the writer (beginWrite). Writing a large frame through the
-// buffer would end it with a small separate segment, which the kernel may hold back until the
-// previous one is acknowledged; over loopback that costs a delayed-ACK timeout per frame.
-func (c *Conn) writeVectored(v *net.Buffers) error {
-	if c.bw.Buffered() > 0 {
-		if err := c.bw.Flush(); err != nil {
-			return err
-		}
-	}
-	_, err := v.WriteTo(c.wl.nc)
-	return err
-}
-
 // writeFrame writes one frame on connection l and flushes it.
 func (c *Conn) writeFrame(l *link, op wire.Op, corr uint32, body []byte) error {
-	if err := c.beginWrite(l); err != nil {
-		return err
-	}
-	wire.PutHeader(c.whdr[:], op, 0, corr, len(body))
-	_, err := c.bw.Write(c.whdr[:])
-	if err == nil {
-		_, err = c.bw.Write(body)
-	}
-	return c.endWrite(l, err, flushNow)
+	return l.n.writeFrame(l, op, corr, body)
 }
 
 // watch registers f to be told about every failed reconnect attempt, with the wait before

@@ -12,9 +12,10 @@ import (
 )
 
 // The durable-topic consumer: per partition a fetcher goroutine that keeps up to two FETCHes
-// going, verifies (CRC) and decompresses what comes back and queues it, bounded in bytes; Each
-// walks the queue without allocating; a supervisor goroutine restarts the fetchers from the
-// consumer's positions on each new connection of its Conn, which reconnects by itself.
+// going to the partition's leader, verifies (CRC) and decompresses what comes back and queues
+// it, bounded in bytes; Each walks the queue without allocating; a supervisor goroutine per
+// broker restarts the fetchers from the consumer's positions on each new connection, and the
+// mover moves a partition's fetcher to its new leader (consumer_session.go).
 //
 // This file holds the options, the Consumer type, construction, the accessors, error
 // reporting and Close; doc.go maps the other consumer_*.go files and gives the lock order.
@@ -136,14 +137,18 @@ type Consumer struct {
 	// consumer_group.go.
 	member *membership
 
-	// activeMu guards session and the partitions' fetcher fields: who starts and stops the
-	// per-partition fetchers (the session supervisor, the group reconciler).
+	// activeMu guards sessions, sups and the partitions' fetcher, node and replicated
+	// fields: who starts and stops the per-partition fetchers (the supervisors, the mover,
+	// the group reconciler).
 	activeMu sync.Mutex
-	session  *session // the fetchers' current session; nil while the Conn reconnects
+	sessions map[*node]*session // each node's current session; none while it reconnects
+	sups     map[*node]bool     // the nodes whose supervisor runs
+	moveSig  chan struct{}      // cap 1: a partition asks the mover for its leader
+	unwatch  func()             // stops reporting failed reconnect attempts
 
 	ctx    context.Context // ends at Close or at a fatal error
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // fetchers, supervisor, auto-committer
+	wg     sync.WaitGroup // fetchers, supervisors, mover, auto-committer
 
 	errs     chan error // to the reporter goroutine
 	commitMu sync.Mutex
@@ -196,6 +201,12 @@ type partState struct {
 	committed atomic.Int64 // last offset committed for the group, -1 when none
 	moved     atomic.Bool  // pos moved by a delivery: Commit has something to store
 	hw        atomic.Int64 // high watermark of the latest FETCH response
+
+	// Under Consumer.activeMu: the node of the partition's leader (nil until known) and
+	// whether it has replicas elsewhere (then a lost connection looks the leader up again).
+	node       *node
+	replicated bool
+	moving     atomic.Bool // waits for the mover to look its leader up
 
 	// guarded by Consumer.mu
 	buffered int
@@ -285,10 +296,11 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 		opts.AutoCommit = time.Second
 	}
 
-	md, err := c.Metadata(ctx, opts.Topic)
+	cmd, err := c.clusterMetadata(ctx, []string{opts.Topic})
 	if err != nil {
 		return nil, err
 	}
+	md := cmd.Topics
 	if len(md) != 1 || md[0].Name != opts.Topic {
 		return nil, &wire.Error{Code: wire.CodeUnknownTopic, Message: opts.Topic}
 	}
@@ -310,6 +322,7 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 		topic: opts.Topic, opts: opts, byID: make(map[int32]*partState, len(ids)),
 		maxBatch: c.Limits().MaxBatch, maxBytes: uint32(opts.MaxBytes), maxWait: uint32(opts.MaxWait / time.Millisecond),
 		conn: c, errs: make(chan error, 64), signal: make(chan struct{}, 1), closing: make(chan struct{}),
+		sessions: make(map[*node]*session), sups: make(map[*node]bool), moveSig: make(chan struct{}, 1),
 	}
 	k.owned = owned
 	k.reqWait = c.opts.RequestTimeout + opts.MaxWait
@@ -321,6 +334,11 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 			return nil, fmt.Errorf("lightq: partition %d listed twice", id)
 		}
 		p := &partState{id: id, space: make(chan struct{}, 1)}
+		if n, replicated, ok := c.leader(opts.Topic, id); ok {
+			p.node, p.replicated = n, replicated
+		} else {
+			p.moving.Store(true) // no leader now: the mover looks it up again
+		}
 		p.committed.Store(-1)
 		p.hw.Store(-1)
 		for i := range p.calls {
@@ -331,25 +349,34 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 	}
 	k.recv.Topic = opts.Topic
 	k.ctx, k.cancel = context.WithCancel(context.Background())
+	k.unwatch = c.watch(func(err error, wait time.Duration) {
+		k.report(fmt.Errorf("lightq: consumer of %s: redial in %v: %w", k.topic, wait.Round(time.Millisecond), err))
+	})
+	k.wg.Add(1)
+	go k.mover()
 	k.msgsCtx, k.msgsStop = context.WithCancel(context.Background())
 	if memberMode {
 		if k.member, err = newMembership(opts.SessionTimeout); err != nil {
+			k.abort()
 			return nil, err
 		}
 		if err := k.join(ctx, c); err != nil {
 			k.member.cancel()
+			k.abort()
 			return nil, err
 		}
 		// The first assignment: its starts are resolved before NewConsumer returns.
 		if err := k.reconcile(); err != nil {
 			_ = k.leave()
 			k.member.cancel()
+			k.abort()
 			return nil, err
 		}
 	} else {
 		for _, p := range k.parts {
 			start, err := k.resolveStart(ctx, c, p)
 			if err != nil {
+				k.abort()
 				return nil, err
 			}
 			p.pos.Store(start)
@@ -357,8 +384,17 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 		}
 	}
 	go k.reporter()
-	k.wg.Add(1)
-	go k.supervise(c)
+	k.activeMu.Lock()
+	k.superviseLocked(c.boot) // as with one broker: the boot node's session always runs
+	for _, p := range k.parts {
+		if p.active.Load() && p.node != nil {
+			k.superviseLocked(p.node)
+		}
+	}
+	k.activeMu.Unlock()
+	if k.anyMoving() {
+		signal(k.moveSig)
+	}
 	if memberMode {
 		k.startMember()
 	}
@@ -367,6 +403,13 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 		go k.autoCommit()
 	}
 	return k, nil
+}
+
+// abort stops what newConsumer started before it failed.
+func (k *Consumer) abort() {
+	k.cancel()
+	k.wg.Wait()
+	k.unwatch()
 }
 
 // Topic is the consumed topic.
@@ -477,6 +520,7 @@ func (k *Consumer) Close() error {
 			<-msgsDone
 		}
 		k.wg.Wait()
+		k.unwatch()
 		switch {
 		case k.member != nil:
 			k.closeErr = k.leave() // commits first, unless AutoCommit is disabled

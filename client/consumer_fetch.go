@@ -300,6 +300,11 @@ func (k *Consumer) fetchFailed(s *session, p *partState, off int64, err error, n
 		}
 		k.enqueueFatal(p, fmt.Errorf("lightq: %s partition %d: %w", k.topic, p.id, err))
 		return false
+	case isWire && we.Code == wire.CodeNotLeader:
+		// Nothing was read: the mover looks the leader up and starts a fetcher there, at
+		// the position (consumer_session.go).
+		k.requestMove(p)
+		return false
 	case isWire && we.Code == wire.CodeOffsetOutOfRange:
 		ctx, cancel := context.WithTimeout(s.ctx, s.c.opts.RequestTimeout)
 		defer cancel()

@@ -41,11 +41,56 @@
 // A failed handshake's error says what usually causes it (an untrusted CA, a name the
 // certificate lacks, the plaintext port).
 //
+// # Clusters
+//
+// Brokers with cluster settings replicate each partition of a topic created with
+// replication.factor > 1, and one of them leads it (PROTOCOL.md section 16). Give Dial the
+// addresses of some of them, separated by commas:
+//
+//	c, err := client.Dial(ctx, "b1:7450,b2:7450,b3:7450", opts)
+//
+// Dial tries them in order and keeps the first that answers (the boot broker); reconnects go
+// through the list again, from the one that worked last. The Conn asks METADATA with the
+// cluster flag when a Producer or Consumer starts, and keeps a view of which broker leads
+// each partition of those topics and where each broker is (its address, or with
+// Options.TLS its TLS address). PRODUCE, FETCH and LIST_OFFSETS of a partition go to its
+// leader, over one connection per broker, made the first time a broker leads a partition
+// the Conn uses, with the same handshake, login, TLS, keep-alive and reconnects as the boot
+// connection. Administration (topics, users, roles), METADATA, STATS and INIT_PRODUCER go
+// to the first broker connected, the boot broker first. Group requests (JOIN_GROUP,
+// HEARTBEAT, GROUP_COMMIT, LEAVE_GROUP, FETCH_COMMITTED, COMMIT_OFFSET, LIST_GROUPS,
+// DESCRIBE_GROUP), subscriptions to transient topics and Ping stay on the boot broker.
+//
+// When a partition's leader changes, its broker answers NOT_LEADER (nothing done) or its
+// connection closes: the Conn asks METADATA again (of any connected broker; while no leader
+// is known, an election, again with backoff from 50 ms to 1 s) and the partition moves. A
+// Producer sends the partition's unacknowledged batches to the new leader, byte for byte,
+// in seal order, once none of them awaits an answer from the old one; an idempotent
+// producer's batches that the old leader had stored are answered with their offsets, not
+// stored again. REPLICATION_TIMEOUT (the leader did not hear a quorum in time) is re-sent
+// the same way by an idempotent producer; without idempotence the batch fails as
+// may-be-stored. DeliveryTimeout bounds it all: a partition without a leader for longer
+// fails its messages with ErrDeliveryTimeout, as not stored when every attempt was refused
+// NOT_LEADER. A Consumer stops the partition's fetcher, drops what it had fetched and not
+// delivered, and fetches again from the position at the new leader: no offset is skipped
+// or delivered twice. Keyed messages go to wire.PartitionForKey(key, partitions) with the
+// partition count from METADATA; unkeyed ones to the partitions in turn (each batch names
+// its partition: the broker's own round robin, partition -1, cannot follow leaders).
+//
+// With one broker (no cluster settings) the broker answers as a cluster of one that leads
+// everything at the address the client used: one connection, as before clusters, and no
+// request more (NewProducer's and NewConsumer's METADATA carries the flag). A broker from
+// before replication refuses the flag; the Conn then asks without it and sends everything
+// to that broker. ClusterMetadata shows the layout (lqcat -L prints it). The connections to
+// other brokers stay open until Close; a broker that leads none of the Conn's partitions
+// any more is not dialled again once its connection is lost.
+//
 // # Concurrency
 //
 // Conn, Producer and the Close/accessor methods of Subscription are safe for concurrent use.
-// A Conn runs a reader goroutine per connection, a keep-alive, and while it reconnects the
-// reconnector; a Producer runs its flusher and its acker (callbacks) until Close.
+// A Conn runs a reader goroutine per connection, a keep-alive, and per broker, while it
+// reconnects, a reconnector; a Producer runs its flusher and its acker (callbacks) until
+// Close, and a goroutine while it looks a moving partition's leader up.
 // A Subscription is consumed by one goroutine at a time (Each or Messages). Producer
 // callbacks run one at a time on a producer goroutine, in send order. Nothing the client
 // calls back runs on the connection's reader goroutine, so callbacks and handlers may issue
@@ -57,10 +102,11 @@
 // including from a handler and from OnError. A Consumer runs, until Close or a fatal error:
 // one fetcher goroutine per partition (per connection of its Conn), the goroutine that
 // calls OnError (one call at a time), an auto-committer when it has a Group and AutoCommit is
-// not disabled, the supervisor that restarts the fetchers on each new connection, the goroutine
+// not disabled, per broker it fetches from the supervisor that restarts the fetchers on each
+// new connection, the mover (a partition's fetcher to its new leader), the goroutine
 // behind Messages once that is called, and for a group member the heartbeater and the
 // reconciler, which calls OnAssign and OnRevoke. Close waits for the fetchers, the
-// supervisor, the auto-committer and a member's two; the OnError goroutine ends after its
+// supervisors, the mover, the auto-committer and a member's two; the OnError goroutine ends after its
 // current call, and the Messages one by closing the channel. A revocation waits until no
 // handler of Each runs (it is applied between two records), so a handler that never returns
 // holds its partition.
@@ -100,6 +146,11 @@
 //	  it stored first, PROTOCOL.md 4.4)
 //	STORAGE_FULL, RESOURCE_LIMIT                        yes       no
 //	STORAGE_ERROR (an I/O error or a failed fsync)      yes       yes
+//	NOT_LEADER (sent again to the partition's new       yes       no
+//	  leader: see Clusters)
+//	REPLICATION_TIMEOUT, idempotent (sent again to      yes       stored once
+//	  the leader, which answers a stored batch)
+//	REPLICATION_TIMEOUT without idempotence             no        yes
 //	INTERNAL, a code this client does not know          no        yes
 //	UNKNOWN_PRODUCER (renumbered under a new epoch)     yes       no
 //	OUT_OF_ORDER_SEQUENCE (nothing earlier refused),    no        no
@@ -136,20 +187,25 @@
 //
 // # Internals
 //
-// Files: conn.go (Options, the Conn, Dial, Close, writing frames),
+// Files: conn.go (Options, the Conn, Dial, Close, the keep-alive),
+// node.go (one broker: its addresses, its writer, its connection and reconnector),
 // link.go (one socket: its pending requests, subscriptions and reader), reconnect.go (the
-// handshake and the reconnector), backoff.go (the one retry schedule), request.go
-// (request/response slots), admin.go (topic administration and the thin durable requests),
+// handshake), cluster.go (the cluster view: METADATA with the cluster flag, leaders, the
+// node of a broker, requests of one partition sent to its leader), backoff.go (the one
+// retry schedule), request.go (request/response slots; the boot broker's, any broker's),
+// admin.go (topic administration and the thin durable requests),
 // errors.go (ProduceError and what each broker code does to a batch), users.go (users and
 // their roles), producer.go (options,
 // Send, Flush, Close), producer_batch.go (sealing a batch, writing it in partition order, its
 // answer, the acknowledgement queue), producer_flusher.go (linger, re-sends after a
-// reconnect, retries, the delivery timeout),
+// reconnect, retries, the delivery timeout), producer_route.go (each partition's leader, and
+// moving a partition to a new one), producer_idem.go (the idempotent producer's numbering),
 // subscription.go (DELIVER queue, decoding, credit), corrupt.go (CorruptBatchError and the
 // offset range of a batch that does not decode). The durable consumer: consumer.go
 // (options, the Consumer type, construction, accessors, error reporting, Close),
 // consumer_start.go (start positions), consumer_session.go (one connection's fetchers;
-// the supervisor that restarts them on each new connection of the Conn), consumer_fetch.go (the per-partition fetcher:
+// the supervisor per broker that restarts them on each new connection, the mover that moves
+// a partition to its new leader), consumer_fetch.go (the per-partition fetcher:
 // pipelined FETCHes, verification, decompression, retries), consumer_queue.go (the queue
 // between fetchers and Each, bounded by Prefetch, with chunk reuse), consumer_each.go (Each
 // and Messages), consumer_commit.go (group commits, the auto-committer), consumer_group.go
@@ -161,16 +217,18 @@
 // responses to the pending slot of that id, ERRORs for frames that expect no answer (CREDIT,
 // PRODUCE with AckNone) to the owner remembered for the last 1024 such frames. Dispatch never
 // blocks: response slots copy what they need, subscriptions queue a copy of the batch (bounded
-// by the credit window). Writers take Conn.wmu and write whole frames to one bufio.Writer; a
-// produce frame larger than the buffer goes out in one writev instead (see writeVectored).
+// by the credit window). Writers take their node's wmu and write whole frames to its
+// bufio.Writer; a produce frame larger than the buffer goes out in one writev instead (see
+// writeVectored).
 // Frame and batch byte positions are wire's: the client reads headers with wire.PeekHeader
 // and wire.PeekBatchHeader.
 //
-// A Conn has one current link (socket) at a time. Requests, subscriptions, fetcher sessions
-// and the producer remember the link they used: an answer, a CREDIT or an UNSUBSCRIBE only
-// makes sense on the connection the broker knows it from.
+// A node has one current link (socket) at a time. Requests, subscriptions, fetcher
+// sessions and the producer's routes remember the link they used: an answer, a CREDIT or an
+// UNSUBSCRIBE only makes sense on the connection the broker knows it from.
 //
-// Lock order: Producer.mu, Conn.wmu, Conn.mu, then Producer.ackMu or Subscription.mu.
+// Lock order: Producer.mu, node.wmu, Conn.mu, then Producer.ackMu or Subscription.mu.
+// Conn.mu guards every node's connection state and the cluster view.
 // Subscription.consumeMu is held by the consumer only and taken before Subscription.mu.
 // Consumer.commitMu, then Consumer.mu, then Conn's locks; Consumer.consumeMu is held by Each
 // (or, with TryLock, by a revocation when no Each runs) and taken before Consumer.mu;

@@ -88,8 +88,20 @@ func refusalOf(code wire.Code) refusal {
 		wire.CodeCorruptBatch, wire.CodeMessageTooLarge, wire.CodeNotSupported,
 		wire.CodeOffsetOutOfRange, wire.CodeUnknownSubscription,
 		wire.CodeUserExists, wire.CodeUnknownUser,
-		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty:
+		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty,
+		wire.CodeUnknownBroker, wire.CodeBrokerInUse, wire.CodeReplicasChanged:
 		return refusal{} // refused for what it is: sending it again cannot help
+	case wire.CodeNotLeader:
+		// Nothing was done (PROTOCOL.md section 16). The producer moves the partition to its
+		// leader and sends the batch there first (producer_route.go); what gets here is an
+		// AckNone batch's refusal, which is not sent again.
+		return refusal{}
+	case wire.CodeReplicationTimeout:
+		// The leader did not hear a quorum in time: the batch may be stored. An idempotent
+		// producer sends it again to the leader first (producer_route.go), and the broker
+		// answers a stored one with its offsets; without a producer id a re-send could
+		// store it twice, so it fails here.
+		return refusal{maybe: true}
 	case wire.CodeOutOfOrderSequence, wire.CodeProducerFenced, wire.CodeUnknownProducer:
 		// Answers to an idempotent batch (PROTOCOL.md section 15): never stored. The producer
 		// acts on them first (producer_idem.go): UNKNOWN_PRODUCER bumps the epoch and

@@ -12,7 +12,7 @@ import (
 // cannot be in one). The Conn owns nc. It cannot reconnect: every later attempt fails.
 func DialOver(ctx context.Context, nc net.Conn, opts Options) (*Conn, error) {
 	var used atomic.Bool
-	return dial(ctx, opts, func(context.Context) (net.Conn, error) {
+	return dial(ctx, opts, []string{""}, func(context.Context) (net.Conn, error) {
 		if used.Swap(true) {
 			return nil, errors.New("no more connections")
 		}
@@ -22,5 +22,5 @@ func DialOver(ctx context.Context, nc net.Conn, opts Options) (*Conn, error) {
 
 // DialFunc is Dial with open making each connection, the first and every reconnect's.
 func DialFunc(ctx context.Context, open func(context.Context) (net.Conn, error), opts Options) (*Conn, error) {
-	return dial(ctx, opts, open)
+	return dial(ctx, opts, []string{""}, open)
 }

@@ -25,6 +25,7 @@ type fakeBroker struct {
 	pass    string
 	limits  wire.Limits
 	silent  bool // accept connections, never answer
+	legacy  bool // a broker from before replication: METADATA's cluster flag is invalid
 	discard bool // do not keep produced batches (benchmarks)
 	refuse  bool // close new connections at once (guarded by mu), as a stopped broker's port
 
@@ -45,6 +46,7 @@ type fakeBroker struct {
 	heldAcks     []func()
 	holdMetadata int // answer METADATA in reverse order once this many are waiting
 	heldMeta     []func()
+	metadataReqs int // METADATA requests received
 	nextDropped  uint64
 	violation    string // first credit-window violation seen
 	credits      int    // CREDIT frames received
@@ -63,7 +65,10 @@ type fakeBroker struct {
 	nextPID   int64
 	inits     []wire.InitProducer
 	producers map[fakePKey]*fakePState
-	wg        sync.WaitGroup
+	// The cluster these brokers form (fakecluster_test.go); nil: one broker, node 1, which
+	// answers the cluster flag as a cluster of one.
+	cluster *fakeCluster
+	wg      sync.WaitGroup
 }
 
 type fakePKey struct {
@@ -89,6 +94,7 @@ type fakeTopic struct {
 
 type fakeConn struct {
 	fb   *fakeBroker
+	node uint32 // the node whose listener accepted it
 	nc   net.Conn
 	wmu  sync.Mutex
 	subs map[uint32]*fakeSub // guarded by fb.mu
@@ -286,22 +292,25 @@ func (fb *fakeBroker) accept() {
 		if err != nil {
 			return
 		}
-		if !fb.serve(nc) {
+		if !fb.serveOn(nc, 1) {
 			return
 		}
 	}
 }
 
 // serve starts serving nc, unless the fake is closed (false; nc is closed).
-func (fb *fakeBroker) serve(nc net.Conn) bool {
-	fc := &fakeConn{fb: fb, nc: nc, subs: make(map[uint32]*fakeSub)}
+func (fb *fakeBroker) serve(nc net.Conn) bool { return fb.serveOn(nc, 1) }
+
+// serveOn serves nc as node id's connection.
+func (fb *fakeBroker) serveOn(nc net.Conn, id uint32) bool {
+	fc := &fakeConn{fb: fb, node: id, nc: nc, subs: make(map[uint32]*fakeSub)}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	if fb.closed {
 		_ = nc.Close()
 		return false
 	}
-	if fb.refuse {
+	if fb.refuse || fb.cluster.down(id) {
 		_ = nc.Close()
 		return true
 	}
@@ -501,6 +510,9 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 		}
 		fc.reply(h.Op, h.Corr, nil)
 	case wire.OpFetch, wire.OpListOffsets, wire.OpCommitOffset, wire.OpFetchCommitted:
+		if fc.fetchStored(h, body) || fc.group(h, body) {
+			return
+		}
 		fb.mu.Lock()
 		answer := fb.fetchAnswer
 		if h.Op == wire.OpFetch {
@@ -521,18 +533,21 @@ func (fc *fakeConn) handle(h wire.Header, body []byte) {
 			fc.reply(h.Op, h.Corr, answer(&m))
 		}
 	default:
-		fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
+		if !fc.group(h, body) {
+			fc.fail(h.Corr, wire.CodeUnknownOpcode, h.Op.String())
+		}
 	}
 }
 
 func (fc *fakeConn) metadata(h wire.Header, body []byte) {
 	fb := fc.fb
 	var m wire.MetadataRequest
-	if err := m.Decode(body); err != nil {
-		fc.fail(h.Corr, wire.CodeInvalidRequest, err.Error())
+	fb.set(func(fb *fakeBroker) { fb.metadataReqs++ })
+	if err := m.Decode(body); err != nil || m.Cluster && fb.legacy {
+		fc.fail(h.Corr, wire.CodeInvalidRequest, fmt.Sprint("METADATA: ", err))
 		return
 	}
-	var resp wire.MetadataResponse
+	resp := wire.MetadataResponse{Cluster: m.Cluster}
 	fb.mu.Lock()
 	for _, name := range m.Topics {
 		t, ok := fb.topics[name]
@@ -546,6 +561,9 @@ func (fc *fakeConn) metadata(h wire.Header, body []byte) {
 			tm.Partitions = append(tm.Partitions, wire.PartitionMetadata{ID: uint32(i), EndOffset: n})
 		}
 		resp.Topics = append(resp.Topics, tm)
+	}
+	if m.Cluster {
+		fb.describeCluster(fc, &resp)
 	}
 	answer := func() { fc.reply(h.Op, h.Corr, resp.AppendTo(nil)) }
 	var release []func()
@@ -605,6 +623,9 @@ func (fc *fakeConn) produce(h wire.Header, body []byte) {
 		return
 	}
 	part := int(m.Partition)
+	if fb.refuseNotLeader(fc, h.Corr, string(m.Topic), part) {
+		return
+	}
 	if m.Partition == wire.PartitionAny {
 		part = t.rr % len(t.next)
 		t.rr++
@@ -646,6 +667,9 @@ func (fc *fakeConn) produce(h wire.Header, body []byte) {
 	fb.cond.Broadcast()
 	resp := wire.ProduceResponse{Partition: uint32(part), BaseOffset: base}
 	answer := func() { fc.reply(h.Op, h.Corr, resp.AppendTo(nil)) }
+	if fb.cluster.replicationTimeout() { // stored, but the answer says the outcome is unknown
+		answer = func() { fc.fail(h.Corr, wire.CodeReplicationTimeout, "no quorum in time") }
+	}
 	if m.Acks == wire.AcksNone {
 		fb.mu.Unlock()
 		return

@@ -13,13 +13,14 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// link is one socket of a Conn, from its dial to its failure: the requests waiting for an
-// answer on it, the subscriptions made on it, and its reader goroutine. A Conn has one
-// current link at a time and replaces it when it fails (reconnect.go). What a broker knows
-// about a client (subscription ids, the order of PRODUCE requests) belongs to one link, so
-// everything that depends on it remembers the link it used.
+// link is one socket of a Conn to one broker (its node), from its dial to its failure: the
+// requests waiting for an answer on it, the subscriptions made on it, and its reader
+// goroutine. A node has one current link at a time and replaces it when it fails (node.go).
+// What a broker knows about a client (subscription ids, the order of PRODUCE requests)
+// belongs to one link, so everything that depends on it remembers the link it used.
 type link struct {
 	c        *Conn
+	n        *node // the broker it connects to
 	nc       net.Conn
 	maxFrame atomic.Int64 // the frame limit the reader checks, from this link's HELLO
 
@@ -69,10 +70,11 @@ const oneWaySlots = 1024
 // requests were answered and, with SHUTTING_DOWN, that the rest were not processed.
 const drainTimeout = time.Second
 
-// newLink starts the reader of a fresh socket.
-func (c *Conn) newLink(nc net.Conn) *link {
+// newLink starts the reader of a fresh socket to n.
+func (n *node) newLink(nc net.Conn) *link {
+	c := n.c
 	l := &link{
-		c: c, nc: nc, limits: wire.DefaultLimits(),
+		c: c, n: n, nc: nc, limits: wire.DefaultLimits(),
 		pending: make(map[uint32]pendingEntry),
 		subs:    make(map[uint32]*Subscription),
 		done:    make(chan struct{}),
@@ -162,7 +164,8 @@ func (c *Conn) writeFailed(l *link, err error) error {
 
 // failLink ends connection l with err (the first call wins): it closes the socket, hands err
 // to every request waiting on it and every subscription made on it, each exactly once, and
-// starts reconnecting when l was the Conn's working connection and the Conn goes on.
+// starts reconnecting when l was its node's working connection, the Conn goes on and the
+// node is wanted (node.go).
 func (c *Conn) failLink(l *link, err error) {
 	c.mu.Lock()
 	if l.err != nil {
@@ -177,14 +180,17 @@ func (c *Conn) failLink(l *link, err error) {
 	l.pending, l.subs = nil, nil
 	l.oneWay = [oneWaySlots]oneWayEntry{}
 	close(l.done)
+	n := l.n
 	reconnect := false
-	if c.cur == l {
-		c.cur = nil
-		c.lastErr = err
-		c.up = make(chan struct{})
-		reconnect = c.err == nil
+	if n.cur == l {
+		n.cur = nil
+		n.lastErr = err
+		n.up = make(chan struct{})
+		reconnect = c.err == nil && !n.dialing && n.wantedLocked()
+		c.changedLocked()
 	}
 	if reconnect {
+		n.dialing = true
 		c.bg.Add(1)
 	}
 	c.mu.Unlock()
@@ -197,8 +203,8 @@ func (c *Conn) failLink(l *link, err error) {
 		s.fail(err)
 	}
 	if reconnect {
-		c.log("connection lost; reconnecting", "err", err)
-		go c.reconnect()
+		c.log("connection lost; reconnecting", "broker", n.label(), "err", err)
+		go n.reconnect()
 	}
 }
 

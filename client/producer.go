@@ -154,13 +154,11 @@ type Producer struct {
 	tokenWait atomic.Bool
 
 	// mu guards the open batches and serializes sealing and writing, which keeps batches of
-	// one partition in order. Lock order: p.mu, then Conn.wmu, then Conn.mu, then p.ackMu.
+	// one partition in order. Lock order: p.mu, then node.wmu, then Conn.mu, then p.ackMu.
 	mu         sync.Mutex
 	parts      []*prodBatch // open batch per partition, nil when none
 	sticky     int
 	dead       error     // once set, Send refuses
-	link       *link     // the connection batches are written to; nil while reconnecting
-	unflushed  bool      // frames written to the Conn's buffer without a flush
 	timerDue   time.Time // when the flusher's linger timer fires; zero when it is not armed
 	deadlineAt time.Time // the earliest delivery deadline of a batch; zero when none is open
 	comp       wire.Compressor
@@ -168,6 +166,21 @@ type Producer struct {
 	phdr       []byte
 	iovec      [3][]byte
 	iov        net.Buffers
+
+	// Where batches go (producer_route.go): a route per broker written to, and per
+	// partition its leader's route (nil while it moves) and whether it has other replicas.
+	routes      []*prodRoute
+	route       []*prodRoute
+	replicated  []bool
+	nreplicated int // partitions with replicated set: none with one broker
+	// The topic's METADATA asked again for moving partitions: one at a time (refreshing),
+	// its outcome waiting for the flusher (refreshed, refreshErr), the next not before
+	// refreshAt.
+	refreshing, refreshed bool
+	refreshErr            error
+	refreshAt             time.Time
+	refreshBo             backoff
+
 	// The producer's current id and epoch (idempotent producers; -1 otherwise). A partition
 	// numbers its batches under the id and epoch in its partQueue, which catch up with these
 	// when the partition starts its numbering over (producer_idem.go).
@@ -183,6 +196,8 @@ type Producer struct {
 	queues      []partQueue // per partition, sealed batches not yet done, in seal order
 	retrying    int         // partitions paused by a retriable refusal
 	resyncing   int         // partitions waiting to start their numbering over
+	moving      int         // partitions waiting for their leader (producer_route.go)
+	recheck     bool        // an AckNone batch met NOT_LEADER: look up every partition's leader
 	outstanding int
 	drained     chan struct{} // closed when outstanding reaches 0; nil when nobody waits
 	firstErr    error
@@ -205,6 +220,10 @@ type partQueue struct {
 	// state): nothing of it is written until the flusher renumbers its batches from 0 under a
 	// newer epoch (Producer.resync).
 	resync bool
+	// moving: the partition's leader changed or is unknown (NOT_LEADER, REPLICATION_TIMEOUT
+	// to an idempotent batch, its leader's connection lost): nothing of it is written until
+	// the flusher routes it to its leader (producer_route.go).
+	moving bool
 
 	// The numbering of an idempotent producer's batches here, guarded by Producer.mu (written
 	// at seal and by resync, which holds both locks): the id and epoch, and the base sequence
@@ -250,7 +269,9 @@ type prodBatch struct {
 }
 
 // NewProducer returns a producer for opts.Topic. It asks the broker for the topic's partition
-// count, so the topic must exist.
+// count and its partitions' leaders (METADATA with the cluster flag), so the topic must
+// exist. Keyed messages are spread over that partition count; unkeyed ones over the
+// partitions in turn, each batch naming its partition and going to that partition's leader.
 func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 	if err := wire.ValidTopicName(opts.Topic); err != nil {
 		return nil, fmt.Errorf("lightq: %w", err)
@@ -262,10 +283,11 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 	}
 	ctx, cancel := c.withTimeout(context.Background())
 	defer cancel()
-	md, err := c.Metadata(ctx, opts.Topic)
+	cmd, err := c.clusterMetadata(ctx, []string{opts.Topic})
 	if err != nil {
 		return nil, err
 	}
+	md := cmd.Topics
 	if len(md) != 1 || md[0].Name != opts.Topic || len(md[0].Partitions) == 0 {
 		return nil, &wire.Error{Code: wire.CodeUnknownTopic, Message: opts.Topic}
 	}
@@ -319,7 +341,8 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 		fifo:        make([]*prodBatch, 0, opts.MaxInFlight+n),
 		idem:        idem, hdrSize: wire.BatchHeaderSize,
 		pid: wire.NoProducer, epoch: wire.NoProducer,
-		bumpBo: backoff{min: reconnectMin, max: reconnectMax},
+		bumpBo:    backoff{min: reconnectMin, max: reconnectMax},
+		refreshBo: backoff{min: lookupMin, max: lookupMax},
 	}
 	if idem {
 		p.hdrSize, p.pid, p.epoch = wire.BatchHeaderSize2, ip.ProducerID, ip.ProducerEpoch
@@ -334,7 +357,7 @@ func (c *Conn) NewProducer(opts ProducerOptions) (*Producer, error) {
 		p.queues[i].bo = backoff{min: reconnectMin, max: reconnectMax}
 		p.queues[i].pid, p.queues[i].epoch = p.pid, p.epoch
 	}
-	p.link, _, _ = c.current()
+	p.initRoutes()
 	go p.flusher()
 	go p.acker()
 	return p, nil

@@ -71,18 +71,19 @@ func (p *Producer) enqueue(b *prodBatch, queued bool) {
 	p.ackMu.Unlock()
 }
 
-// pump writes partition part's batches that are next in order, while the producer has a
-// connection and the partition is not paused. p.mu is held.
+// pump writes partition part's batches that are next in order, while the partition's leader
+// is connected and the partition is not paused or moving. p.mu is held.
 func (p *Producer) pump(part int, flush flushMode) {
-	l := p.link
-	if l == nil {
+	r := p.route[part]
+	if r == nil || r.link == nil {
 		return
 	}
+	l := r.link
 	for {
 		p.ackMu.Lock()
 		q := &p.queues[part]
 		var b *prodBatch
-		if !q.paused && !q.resync {
+		if !q.paused && !q.resync && !q.moving {
 			for _, x := range q.batches {
 				if x.state == stInFlight {
 					continue
@@ -97,17 +98,18 @@ func (p *Producer) pump(part int, flush flushMode) {
 			b.state, b.corr, b.link = stInFlight, p.c.nextCorr(), l
 		}
 		p.ackMu.Unlock()
-		if b == nil || !p.write(l, b, flush) {
+		if b == nil || !p.write(r, l, b, flush) {
 			return
 		}
 	}
 }
 
-// write writes batch b, marked in flight, on connection l. It returns false when l is
-// broken: the batch is then unsent again (nothing left) or in flight on a dead connection
-// (bytes may have left), which the flusher's reconnect handling turns into a re-send.
-func (p *Producer) write(l *link, b *prodBatch, flush flushMode) bool {
-	c, corr := p.c, b.corr
+// write writes batch b, marked in flight, on connection l of route r. It returns false when
+// l is broken: the batch is then unsent again (nothing left) or in flight on a dead
+// connection (bytes may have left), which the flusher's reconnect handling turns into a
+// re-send.
+func (p *Producer) write(r *prodRoute, l *link, b *prodBatch, flush flushMode) bool {
+	n, corr := l.n, b.corr
 	if len(b.data) > l.limits.MaxBatch {
 		// The broker came back with a smaller MaxBatch than the batch was built for.
 		p.complete(b, -1, b.partition, newProduceError(&wire.Error{Code: wire.CodeMessageTooLarge,
@@ -123,7 +125,7 @@ func (p *Producer) write(l *link, b *prodBatch, flush flushMode) bool {
 			return false
 		}
 	}
-	if err := c.beginWrite(l); err != nil {
+	if err := n.beginWrite(l); err != nil {
 		if p.acks == wire.AcksNone || l.unregister(corr) {
 			p.unsend(b, corr)
 		}
@@ -132,24 +134,24 @@ func (p *Producer) write(l *link, b *prodBatch, flush flushMode) bool {
 	p.phdr = wire.AppendProduceHeader(p.phdr[:0], p.topic, b.partition, p.acks)
 	wire.PutHeader(p.hdr[:], wire.OpProduce, 0, corr, len(p.phdr)+len(b.data))
 	var err error
-	if wire.HeaderSize+len(p.phdr)+len(b.data) > c.bw.Available() {
+	if wire.HeaderSize+len(p.phdr)+len(b.data) > n.bw.Available() {
 		p.iovec = [3][]byte{p.hdr[:], p.phdr, b.data}
 		p.iov = p.iovec[:]
-		err = c.writeVectored(&p.iov)
+		err = n.writeVectored(&p.iov)
 		p.iovec = [3][]byte{}
 	} else {
-		_, err = c.bw.Write(p.hdr[:])
+		_, err = n.bw.Write(p.hdr[:])
 		if err == nil {
-			_, err = c.bw.Write(p.phdr)
+			_, err = n.bw.Write(p.phdr)
 		}
 		if err == nil {
-			_, err = c.bw.Write(b.data)
+			_, err = n.bw.Write(b.data)
 		}
 	}
-	if err = c.endWrite(l, err, flush); err != nil {
+	if err = n.endWrite(l, err, flush); err != nil {
 		return false
 	}
-	p.unflushed = flush == flushLater
+	r.unflushed = flush == flushLater
 	if p.acks == wire.AcksNone {
 		l.registerOneWay(corr, p)
 		p.complete(b, -1, b.partition, nil)
@@ -166,15 +168,17 @@ func (p *Producer) unsend(b *prodBatch, corr uint32) {
 	p.ackMu.Unlock()
 }
 
-// flushLocked pushes frames left in the connection's buffer by seal(..., flushLater). It runs
-// before anything blocks, since the acks that free slots need those frames sent.
+// flushLocked pushes frames left in the connections' buffers by seal(..., flushLater). It
+// runs before anything blocks, since the acks that free slots need those frames sent.
 func (p *Producer) flushLocked() {
-	if !p.unflushed || p.link == nil {
-		return
-	}
-	p.unflushed = false
-	if err := p.c.beginWrite(p.link); err == nil {
-		_ = p.c.endWrite(p.link, nil, flushNow)
+	for _, r := range p.routes {
+		if !r.unflushed || r.link == nil {
+			continue
+		}
+		r.unflushed = false
+		if err := r.n.beginWrite(r.link); err == nil {
+			_ = r.n.endWrite(r.link, nil, flushNow)
+		}
 	}
 }
 
@@ -232,6 +236,10 @@ func (p *Producer) answer(b *prodBatch, corr uint32, base int64, par int32, err 
 	switch {
 	case err == nil:
 		p.completeLocked(b, base, par, nil)
+	case we != nil && p.leaderRefusal(b, we.Code, err):
+		p.ackMu.Unlock()
+		p.wake() // the flusher moves the partition to its leader
+		return
 	case we != nil && p.idem && p.sequenceRefusal(b, we.Code, err):
 		p.ackMu.Unlock()
 		p.wake()
@@ -322,6 +330,10 @@ func (p *Producer) signalAcker() {
 func (p *Producer) oneWayError(werr *wire.Error) {
 	err := newProduceError(werr, refusalOf(werr.Code).maybe)
 	p.ackMu.Lock()
+	if werr.Code == wire.CodeNotLeader {
+		p.recheck = true // the flusher looks the leaders up again
+		defer p.wake()
+	}
 	if p.firstErr == nil {
 		p.firstErr = err
 	}

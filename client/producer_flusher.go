@@ -9,10 +9,11 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// The flusher goroutine: it seals batches whose linger is over, follows the Conn from one
-// connection to the next (re-sending every unacknowledged batch after a reconnect), retries
-// the partitions paused by a retriable refusal, and fails what passes DeliveryTimeout. It
-// never waits for an in-flight slot: a due batch without one is left until a slot frees
+// The flusher goroutine: it seals batches whose linger is over, follows each partition's
+// leader from one connection to the next (re-sending every unacknowledged batch after a
+// reconnect, moving partitions whose leader changed: producer_route.go), retries the
+// partitions paused by a retriable refusal, and fails what passes DeliveryTimeout. It never
+// waits for an in-flight slot: a due batch without one is left until a slot frees
 // (tokenWait), so that it is always free to re-send what holds the slots.
 
 // flusher runs until Close or until the Conn ends.
@@ -22,27 +23,18 @@ func (p *Producer) flusher() {
 	defer linger.Stop()
 	chores := time.NewTimer(time.Hour)
 	defer chores.Stop()
+	// links is closed at the next change of a connection of the Conn; it is taken again
+	// before each look at the routes, so that no change goes unseen.
+	links := p.c.linkChanges()
+	p.followLinks()
 	for {
-		p.mu.Lock()
-		l := p.link
-		p.mu.Unlock()
-		var lostc, upc <-chan struct{}
-		if l != nil {
-			lostc = l.done
-		} else {
-			_, upc, _ = p.c.current()
-		}
 		select {
 		case <-p.kick:
 		case <-linger.C:
 		case <-chores.C:
-		case <-lostc:
-			p.linkLost(l)
-		case <-upc:
-			if !p.linkUp() {
-				p.failAll(p.c.Err())
-				return
-			}
+		case <-links:
+			links = p.c.linkChanges()
+			p.followLinks()
 		case <-p.closing:
 			return
 		case <-p.c.done:
@@ -69,39 +61,47 @@ func (p *Producer) flusher() {
 	}
 }
 
-// linkLost handles the end of the producer's connection l: every batch in flight on it is
-// unsent again, and may have been stored unless the broker said it was shutting down (it
-// answers every batch it stored before SHUTTING_DOWN, PROTOCOL.md 4.4). Paused partitions
-// start over on the next connection, except refused batches that a later stored batch of
-// their partition has overtaken: those fail.
-func (p *Producer) linkLost(l *link) {
+// linkLost handles the end of route r's connection l: every batch in flight on it is unsent
+// again, and may have been stored unless the broker said it was shutting down (it answers
+// every batch it stored before SHUTTING_DOWN, PROTOCOL.md 4.4). Paused partitions routed
+// there start over on the next connection, except refused batches that a later stored batch
+// of their partition has overtaken: those fail. Partitions with other replicas look their
+// leader up again (it may have moved). p.mu is held.
+func (p *Producer) linkLost(r *prodRoute, l *link) {
 	shutdown := errors.Is(l.cause(), &wire.Error{Code: wire.CodeShuttingDown})
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.link != l {
+	if r.link != l {
 		return
 	}
-	p.link, p.unflushed = nil, false
+	r.link, r.unflushed = nil, false
 	var failed []*prodBatch
 	p.ackMu.Lock()
 	for i := range p.queues {
 		q := &p.queues[i]
 		for _, b := range q.batches {
-			switch b.state {
-			case stInFlight:
+			if b.state == stInFlight && b.link == l {
 				b.state, b.corr, b.link = stUnsent, 0, nil
 				b.uncertain = b.uncertain || !shutdown
-			case stRefused:
-				if b.noRetry {
-					failed = append(failed, b)
-				} else {
-					b.state = stUnsent
-				}
+			}
+		}
+		if p.route[i] != r {
+			continue
+		}
+		for _, b := range q.batches {
+			if b.state != stRefused {
+				continue
+			}
+			if b.noRetry {
+				failed = append(failed, b)
+			} else {
+				b.state = stUnsent
 			}
 		}
 		if q.paused {
 			q.paused, q.retryAt = false, time.Time{}
 			p.retrying--
+		}
+		if p.replicated[i] {
+			p.startMoveLocked(q)
 		}
 	}
 	for _, b := range failed {
@@ -111,26 +111,6 @@ func (p *Producer) linkLost(l *link) {
 	if len(failed) > 0 {
 		p.signalAcker()
 	}
-}
-
-// linkUp makes the Conn's new connection the producer's and writes every waiting batch on
-// it, in order per partition. It reports false when the Conn has ended instead.
-func (p *Producer) linkUp() bool {
-	cur, _, err := p.c.current()
-	if err != nil {
-		return false
-	}
-	if cur == nil {
-		return true // lost again already: wait for the next one
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.link = cur
-	for part := range p.queues {
-		p.pump(part, flushLater)
-	}
-	p.flushLocked()
-	return true
 }
 
 // chores runs the delivery-timeout check when it is due and the retries of paused
@@ -150,6 +130,9 @@ func (p *Producer) chores() time.Time {
 		if at := p.retryPaused(now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 			next = at
 		}
+	}
+	if at := p.routeChores(now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	return next
 }
@@ -225,20 +208,36 @@ func (p *Producer) expire(now time.Time) {
 			next = t
 		}
 	}
-	var noLink error
-	if p.link == nil {
-		_, last := p.c.Connected()
+	// waiting says what a partition's batches wait for, if not an answer or a slot: a
+	// leader, or the reconnect of the leader's connection. It takes Conn.mu, so it runs
+	// before p.ackMu is taken.
+	waiting := func(part int) error {
+		p.ackMu.Lock()
+		moving := p.queues[part].moving
+		p.ackMu.Unlock()
+		if moving {
+			return errors.New(p.moveCause(part))
+		}
+		r := p.route[part]
+		if r == nil || r.link != nil {
+			return nil
+		}
+		p.c.mu.Lock()
+		last := r.n.lastErr
+		p.c.mu.Unlock()
 		if last == nil {
 			last = errors.New("no connection")
 		}
-		noLink = fmt.Errorf("reconnecting: %w", last)
+		return fmt.Errorf("reconnecting: %w", last)
 	}
-	timeout := func(b *prodBatch) error {
+	timeout := func(b *prodBatch, wait error) error {
 		cause := b.lastErr
 		switch {
+		case cause != nil && wait != nil && b.state == stUnsent && leaderCode(cause):
+			cause = fmt.Errorf("%w, after %w", wait, cause)
 		case cause != nil:
-		case noLink != nil:
-			cause = noLink
+		case wait != nil:
+			cause = wait
 		case b.state == stInFlight:
 			cause = errors.New("no answer from the broker")
 		default:
@@ -252,6 +251,7 @@ func (p *Producer) expire(now time.Time) {
 	}
 	var drop []attempt
 	for part := 0; part < p.nparts; part++ {
+		wait := waiting(part)
 		p.ackMu.Lock()
 		q := &p.queues[part]
 		cut := -1
@@ -269,7 +269,7 @@ func (p *Producer) expire(now time.Time) {
 				if b.state == stInFlight && b.link != nil {
 					drop = append(drop, attempt{b.link, b.corr})
 				}
-				p.completeLocked(b, -1, b.partition, newProduceError(timeout(b), b.uncertain || b.state == stInFlight))
+				p.completeLocked(b, -1, b.partition, newProduceError(timeout(b, wait), b.uncertain || b.state == stInFlight))
 			}
 			if q.paused && len(q.batches) == 0 {
 				q.paused, q.retryAt = false, time.Time{}
@@ -286,7 +286,7 @@ func (p *Producer) expire(now time.Time) {
 			} else {
 				p.parts[part] = nil
 				p.enqueue(ob, false)
-				p.complete(ob, -1, ob.partition, newProduceError(timeout(ob), false))
+				p.complete(ob, -1, ob.partition, newProduceError(timeout(ob, wait), false))
 			}
 		}
 	}
@@ -294,6 +294,12 @@ func (p *Producer) expire(now time.Time) {
 		a.l.unregister(a.corr) // a late answer would be ignored anyway
 	}
 	p.deadlineAt = next
+}
+
+// leaderCode reports whether err is NOT_LEADER or REPLICATION_TIMEOUT.
+func leaderCode(err error) bool {
+	we := wireError(err)
+	return we != nil && (we.Code == wire.CodeNotLeader || we.Code == wire.CodeReplicationTimeout)
 }
 
 // sealScope says which open batches sealBatches seals.

@@ -30,7 +30,7 @@ import (
 func (c *Conn) initProducer(ctx context.Context, id int64, epoch int16) (wire.InitProducerResponse, error) {
 	req := wire.InitProducer{PreviousID: id, PreviousEpoch: epoch}
 	var resp wire.InitProducerResponse
-	body, err := c.roundTrip(ctx, wire.OpInitProducer, req.AppendTo(nil))
+	body, err := c.anyRoundTrip(ctx, wire.OpInitProducer, req.AppendTo(nil))
 	if err != nil {
 		return resp, err
 	}
@@ -57,6 +57,12 @@ func (p *Producer) sequenceRefusal(b *prodBatch, code wire.Code, err error) bool
 		return true
 	case wire.CodeUnknownProducer:
 	case wire.CodeOutOfOrderSequence:
+		if q.moving && (len(q.batches) == 0 || q.batches[0] != b) {
+			// Behind an earlier batch that goes again to the partition's leader (it met
+			// NOT_LEADER or REPLICATION_TIMEOUT): b goes again after it, unchanged.
+			b.state, b.lastErr = stUnsent, err
+			return true
+		}
 		if len(q.batches) > 0 && q.batches[0] == b && !q.paused && !q.resync {
 			return false
 		}
@@ -93,9 +99,9 @@ func (p *Producer) resync() time.Time {
 		return time.Time{}
 	}
 	p.mu.Lock()
-	if p.dead != nil || p.link == nil {
+	if p.dead != nil || !p.c.anyConnected() {
 		p.mu.Unlock()
-		return time.Time{} // linkUp wakes the flusher
+		return time.Time{} // a new connection wakes the flusher
 	}
 	ready, bump := p.resyncReady()
 	if !ready {

@@ -253,6 +253,9 @@ func TestProducerRefusalCodes(t *testing.T) {
 		wire.CodeInternal: maybe, wire.Code(999): maybe,
 		// The idempotent producer bumps its epoch and renumbers the batch (PROTOCOL.md 15).
 		wire.CodeUnknownProducer: retried,
+		// The partition's leader is looked up again and the batch goes there (PROTOCOL.md
+		// 16): nothing was done, or (idempotent) a stored batch is answered as such.
+		wire.CodeNotLeader: retried, wire.CodeReplicationTimeout: retried,
 	}
 	codes := append(wire.Codes(), 999)
 	for _, code := range codes {

@@ -10,25 +10,10 @@ import (
 )
 
 // Connecting and reconnecting: a new link is dialled, greeted (HELLO) and logged in (AUTH)
-// before it is installed as the Conn's working connection. Dial does it once and returns the
-// error; after a connection breaks, the reconnector goroutine does it until it succeeds, the
-// Conn is closed, or the broker refuses the credentials.
-
-// connect dials a socket and runs the handshake on it, within DialTimeout.
-func (c *Conn) connect(ctx context.Context) (*link, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
-	defer cancel()
-	nc, err := c.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	l := c.newLink(nc)
-	if err := l.handshake(ctx); err != nil {
-		c.failLink(l, lost(err))
-		return nil, err
-	}
-	return l, nil
-}
+// before it is installed as its node's working connection (node.go). Dial does it once and
+// returns the error; after a connection breaks, the node's reconnector goroutine does it until
+// it succeeds, the Conn is closed, the node is no longer wanted, or the broker refuses the
+// credentials.
 
 func (l *link) handshake(ctx context.Context) error {
 	hello := wire.Hello{ClientName: l.c.opts.ClientName, ClientVersion: "lightq-go/" + Version}
@@ -85,68 +70,4 @@ func handshakeErr(step string, err error) error {
 		return we
 	}
 	return fmt.Errorf("lightq: %s: %w", step, err)
-}
-
-// install makes l the Conn's working connection. It reports false when the Conn has ended
-// or l has failed since its handshake.
-func (c *Conn) install(l *link) bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil || l.err != nil {
-		return false
-	}
-	c.bw.Reset(l.nc) // drops whatever a broken connection left buffered
-	c.wl, c.cur = l, l
-	c.limits, c.role, c.broker = l.limits, l.role, l.broker
-	c.lastErr = nil
-	close(c.up)
-	return true
-}
-
-// reconnect dials until a new connection is installed, the Conn ends, or the broker refuses
-// the credentials (then the Conn ends with that refusal). The first attempt is immediate;
-// then the waits follow the backoff from reconnectMin to reconnectMax.
-func (c *Conn) reconnect() {
-	defer c.bg.Done()
-	bo := backoff{min: reconnectMin, max: reconnectMax}
-	for {
-		l, err := c.connect(c.ctx)
-		if err == nil {
-			if c.install(l) {
-				c.log("reconnected")
-				return
-			}
-			if c.ctx.Err() != nil {
-				c.failLink(l, ErrClosed)
-				return
-			}
-			err = lost(l.cause()) // it broke right after its handshake: try again
-		}
-		if c.ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, &wire.Error{Code: wire.CodeAuthFailed}) {
-			// The credentials no longer work: retrying would only lock the user out
-			// (PROTOCOL.md 4.2).
-			c.terminate(fmt.Errorf("%w: reconnect refused: %w", ErrConnectionLost, err))
-			return
-		}
-		wait := bo.next()
-		c.mu.Lock()
-		c.lastErr = err
-		watchers := make([]func(error, time.Duration), 0, len(c.watchers))
-		for _, w := range c.watchers {
-			watchers = append(watchers, w)
-		}
-		c.mu.Unlock()
-		c.log("reconnect failed", "retry_in", wait, "err", err)
-		for _, w := range watchers {
-			w(err, wait)
-		}
-		if !sleep(c.ctx, nil, wait) {
-			return
-		}
-	}
 }

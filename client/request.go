@@ -30,14 +30,29 @@ func (c *Conn) withTimeout(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, c.opts.RequestTimeout)
 }
 
-// roundTrip sends one request on the working connection (waiting for a reconnect in progress)
-// and waits for its answer: the response body, or the broker's *wire.Error, or the context's
-// or the connection's error. A request in flight when the connection breaks fails with an
-// error wrapping ErrConnectionLost; it is not sent again, since it may have been carried out.
+// roundTrip sends one request on the boot node's working connection (waiting for a
+// reconnect in progress) and waits for its answer: the response body, or the broker's
+// *wire.Error, or the context's or the connection's error. A request in flight when the
+// connection breaks fails with an error wrapping ErrConnectionLost; it is not sent again,
+// since it may have been carried out. Group and committed-offset requests go this way: they
+// stay with the broker Dial connected.
 func (c *Conn) roundTrip(ctx context.Context, op wire.Op, body []byte) ([]byte, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	l, err := c.awaitLink(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.exchange(ctx, l, op, body, false)
+}
+
+// anyRoundTrip is roundTrip on the first working connection of any node (anyLink): for the
+// requests any broker of a cluster serves (administration, METADATA, STATS, INIT_PRODUCER).
+// With one broker it is roundTrip.
+func (c *Conn) anyRoundTrip(ctx context.Context, op wire.Op, body []byte) ([]byte, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	l, err := c.anyLink(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func (c *Conn) CreateUser(ctx context.Context, user, password string) error {
 		return err
 	}
 	req := wire.UserPassword{User: user, Password: password}
-	_, err := c.roundTrip(ctx, wire.OpCreateUser, req.AppendTo(nil))
+	_, err := c.anyRoundTrip(ctx, wire.OpCreateUser, req.AppendTo(nil))
 	return err
 }
 
@@ -45,7 +45,7 @@ func (c *Conn) DeleteUser(ctx context.Context, user string) error {
 		return err
 	}
 	req := wire.UserName{User: user}
-	_, err := c.roundTrip(ctx, wire.OpDeleteUser, req.AppendTo(nil))
+	_, err := c.anyRoundTrip(ctx, wire.OpDeleteUser, req.AppendTo(nil))
 	return err
 }
 
@@ -58,7 +58,7 @@ func (c *Conn) SetPassword(ctx context.Context, user, password string) error {
 		return err
 	}
 	req := wire.UserPassword{User: user, Password: password}
-	_, err := c.roundTrip(ctx, wire.OpSetPassword, req.AppendTo(nil))
+	_, err := c.anyRoundTrip(ctx, wire.OpSetPassword, req.AppendTo(nil))
 	return err
 }
 
@@ -88,7 +88,7 @@ func (c *Conn) changeRoles(ctx context.Context, op wire.Op, user, topic string, 
 		return fmt.Errorf("lightq: roles %v: want produce, consume or both on a topic, admin on the broker", roles)
 	}
 	req := wire.Grant{User: user, Topic: topic, Roles: roles}
-	_, err := c.roundTrip(ctx, op, req.AppendTo(nil))
+	_, err := c.anyRoundTrip(ctx, op, req.AppendTo(nil))
 	return err
 }
 
@@ -110,7 +110,7 @@ func (c *Conn) ListUsers(ctx context.Context, user, topic string) ([]wire.UserRo
 	req := wire.ListUsers{User: user, Topic: topic}
 	var out []wire.UserRoles
 	for {
-		body, err := c.roundTrip(ctx, wire.OpListUsers, req.AppendTo(nil))
+		body, err := c.anyRoundTrip(ctx, wire.OpListUsers, req.AppendTo(nil))
 		if err != nil {
 			return nil, err
 		}

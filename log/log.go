@@ -50,6 +50,11 @@ type Options struct {
 	// Producers configures the deduplication of batches with a producer id (see
 	// producers.go and ErrDuplicate).
 	Producers ProducerOptions
+	// CutDamage makes Open cut the active segment at a damaged batch, whatever follows it,
+	// as it cuts a torn tail (the cut bytes copied aside), instead of refusing the log. For
+	// a replica, whose peers hold the same bytes and bring the cut part back (see
+	// cluster/replica's handling of lost entries); never for a log that is the only copy.
+	CutDamage bool
 }
 
 const (

@@ -312,7 +312,7 @@ func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool, now int64) (
 			confirmed = 0
 		}
 	}
-	if found && pos < confirmed {
+	if found && pos < confirmed && !l.opts.CutDamage {
 		return fail(fmt.Errorf("%w: %s at byte %d (offset %d): %v; a valid batch follows at byte %d, so this is not a torn write: refusing to truncate",
 			ErrCorrupt, path, pos, s.next, bad, cont))
 	}

@@ -22,7 +22,11 @@ import (
 // shorter continuous one that still holds every batch below offset: later segments are
 // removed newest first, then the segment holding offset is cut and fsynced. A sealed segment
 // holding offset becomes the active one again (its index files go, as recovery would remove
-// them for an active segment). NextOffset becomes offset and DurableOffset at most offset;
+// them for an active segment). A cut at a segment's base offset removes that segment and
+// makes the one before it active again (cut at its end), and so does a cut at NextOffset
+// when the active segment is empty: where the segments split then depends only on the
+// batches that stay, so that replicas that appended and cut a tail split their logs where
+// those that never had it do, and their segment files stay byte-identical. NextOffset becomes offset and DurableOffset at most offset;
 // the checkpoint moves back to the cut, so that a torn append after it is cut at the next
 // start rather than taken for damage to confirmed data.
 //
@@ -40,7 +44,7 @@ func (l *Log) TruncateFrom(offset int64) error {
 		return err
 	}
 	next := l.next.Load()
-	if offset == next {
+	if offset == next && (len(l.segs) == 1 || l.active().size > 0) {
 		return nil
 	}
 	if start := l.start.Load(); offset < start || offset > next {
@@ -49,6 +53,9 @@ func (l *Log) TruncateFrom(offset int64) error {
 	k := len(l.segs) - 1
 	for l.segs[k].base > offset {
 		k--
+	}
+	if k > 0 && l.segs[k].base == offset {
+		k-- // cut the one before at its end, and remove this one (see above)
 	}
 	s := l.segs[k]
 	pos, err := l.batchPosition(s, offset)

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/lightq/lightq/log/vfs/crashfs"
+	"github.com/lightq/lightq/wire"
 )
 
 func TestTruncateFrom(t *testing.T) {
@@ -196,5 +199,117 @@ func TestTruncateThenAppendPowerLoss(t *testing.T) {
 		}
 		sameBatches(t, got[cut:], appended[:len(got)-cut])
 		l2.Close()
+	}
+}
+
+// TestTruncateAtSegmentStart: a cut at a segment's base offset removes that segment and
+// makes the one before it active again, and so does a cut at the end of a log whose active
+// segment is empty: the batches appended next split into segments as in a log that never
+// held the cut ones, byte for byte.
+func TestTruncateAtSegmentStart(t *testing.T) {
+	opts := Options{SegmentBytes: 8 << 10, IndexIntervalBytes: 512}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var batches [][]byte
+	for range 80 {
+		batches = append(batches, makeBatch(rng, 1+rng.IntN(5), 200, 1000))
+	}
+	// ref never holds the tail; cut appends it, and cuts it at the first segment boundary
+	// inside it.
+	ref, cut := mustOpen(t, t.TempDir(), opts), mustOpen(t, t.TempDir(), opts)
+	defer ref.Close()
+	at := -1
+	for i, b := range batches {
+		before := len(cut.segs)
+		if _, err := cut.Append(bytes.Clone(b), uint32(mustHeader(t, b).RecordCount)); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && len(cut.segs) > before && at < 0 && i < 60 {
+			at = i
+		}
+		if at < 0 {
+			if _, err := ref.Append(bytes.Clone(b), uint32(mustHeader(t, b).RecordCount)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if at < 0 {
+		t.Fatal("no roll among the first 60 batches")
+	}
+	if err := cut.TruncateFrom(ref.NextOffset()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := segFiles(t, cut.dir), segFiles(t, ref.dir); len(got) != len(want) {
+		t.Fatalf("after the cut at a segment's start: segments %v, want %v", got, want)
+	}
+	for _, b := range batches[at:] {
+		for _, l := range []*Log{ref, cut} {
+			if _, err := l.Append(bytes.Clone(b), uint32(mustHeader(t, b).RecordCount)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sameSegments(t, ref, cut)
+
+	// An empty active segment (a crash after the roll created it): the cut at the end
+	// removes it.
+	dir := cut.dir
+	next := cut.NextOffset()
+	if err := cut.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeEmpty(t, dir, segmentName(next, logSuffix))
+	cut = mustOpen(t, dir, opts)
+	defer cut.Close()
+	n := len(cut.segs)
+	if cut.active().size != 0 || cut.NextOffset() != next {
+		t.Fatalf("the empty segment did not open as the active one")
+	}
+	if err := cut.TruncateFrom(next); err != nil {
+		t.Fatal(err)
+	}
+	if len(cut.segs) != n-1 || cut.NextOffset() != next {
+		t.Fatalf("%d segments (had %d), next %d (want %d)", len(cut.segs), n, cut.NextOffset(), next)
+	}
+	b := makeBatch(rng, 1, 10, 1000)
+	for _, l := range []*Log{ref, cut} {
+		if _, err := l.Append(bytes.Clone(b), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameSegments(t, ref, cut)
+}
+
+func mustHeader(t testing.TB, b []byte) wire.BatchHeader {
+	t.Helper()
+	h, err := wire.PeekBatchHeader(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// sameSegments checks that a and b have the same segment files with the same bytes.
+func sameSegments(t testing.TB, a, b *Log) {
+	t.Helper()
+	fa, fb := segFiles(t, a.dir), segFiles(t, b.dir)
+	if len(fa) != len(fb) {
+		t.Fatalf("segments %v and %v", fa, fb)
+	}
+	for i := range fa {
+		if filepath.Base(fa[i]) != filepath.Base(fb[i]) {
+			t.Fatalf("segments %v and %v", fa, fb)
+		}
+		x, _ := os.ReadFile(fa[i])
+		y, _ := os.ReadFile(fb[i])
+		if !bytes.Equal(x, y) {
+			t.Fatalf("segment %s differs (%d and %d bytes)", fa[i], len(x), len(y))
+		}
+	}
+}
+
+func writeEmpty(t testing.TB, dir, name string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -70,7 +70,7 @@ const (
 	// Replication (PROTOCOL.md section 16).
 	CodeNotLeader          Code = 41 // this broker does not lead the partition: refresh METADATA (cluster flag) and go to the leader; nothing done
 	CodeReplicationTimeout Code = 42 // the leader did not hear a quorum in time: the batch may or may not be stored
-	// Cluster membership (PROTOCOL.md section 16.1).
+	// Cluster membership (PROTOCOL.md section 16.2).
 	CodeUnknownBroker   Code = 43 // no broker of that node id in the cluster
 	CodeBrokerInUse     Code = 44 // the broker holds replicas (drain it first), or is being removed and takes none
 	CodeReplicasChanged Code = 45 // the partition's replicas changed meanwhile (another move came first); nothing done

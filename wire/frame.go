@@ -48,6 +48,7 @@ const (
 	OpRemoveBroker   Op = 0x1C
 	OpAddBroker      Op = 0x1D
 	OpMembership     Op = 0x1E
+	OpClusterStatus  Op = 0x1F
 	OpProduce        Op = 0x20
 	OpInitProducer   Op = 0x21
 	OpSubscribe      Op = 0x30
@@ -79,7 +80,7 @@ var opNames = map[Op]string{
 	OpAddBroker: "ADD_BROKER", OpMembership: "MEMBERSHIP",
 	OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
 	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
-	OpDescribeGroup: "DESCRIBE_GROUP",
+	OpDescribeGroup: "DESCRIBE_GROUP", OpClusterStatus: "CLUSTER_STATUS",
 }
 
 func (o Op) String() string {

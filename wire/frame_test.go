@@ -272,8 +272,8 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 35 {
-		t.Errorf("%d known ops, want 35", known)
+	if known != 36 {
+		t.Errorf("%d known ops, want 36", known)
 	}
 }
 

@@ -3,7 +3,7 @@ package wire
 import "fmt"
 
 // Cluster membership: the bodies of ADD_BROKER, MOVE_REPLICAS, DRAIN_BROKER, REMOVE_BROKER
-// and MEMBERSHIP (all admin only; PROTOCOL.md section 16.1). Node ids are u32, as in
+// and MEMBERSHIP (all admin only; PROTOCOL.md section 16.2). Node ids are u32, as in
 // METADATA's cluster layout; replica lists are u16 counts of node ids, at most MaxReplicas.
 
 // AddBroker is the body of ADD_BROKER: a broker started to join the cluster (cluster-join),

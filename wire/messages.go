@@ -284,11 +284,10 @@ func (m *MetadataRequest) Decode(b []byte) error {
 	m.Cluster = false
 	if r.Err() == nil && r.Len() > 0 {
 		switch f := r.U8(); f {
-		case 0:
 		case MetadataFlagCluster:
 			m.Cluster = true
 		default:
-			r.Fail(fmt.Errorf("%w: METADATA flags %#x: only bit 0 (cluster) is defined", ErrMalformed, f))
+			r.Fail(fmt.Errorf("%w: METADATA flags %#x: only bit 0 (cluster) is defined, and flags 0 are sent by leaving the byte out", ErrMalformed, f))
 		}
 	}
 	return r.Done("METADATA")

@@ -45,7 +45,7 @@ func bodyCases() []struct {
 		{"TopicName", &wire.TopicName{Name: strings.Repeat("t", wire.MaxTopicName)}, func() wireBody { return new(wire.TopicName) }, 0},
 		{"TopicName empty", &wire.TopicName{}, func() wireBody { return new(wire.TopicName) }, 0},
 		// METADATA's flags byte is optional: the names are the part every truncation of
-		// must fail, and a trailing 0 is flags 0.
+		// must fail (a trailing flags byte 0 is refused: TestMetadataFlags).
 		{"MetadataRequest", &wire.MetadataRequest{Topics: []string{"a", "b", ""}}, func() wireBody { return new(wire.MetadataRequest) }, 4 + 3 + 3 + 2},
 		{"MetadataRequest all", &wire.MetadataRequest{}, func() wireBody { return new(wire.MetadataRequest) }, 4},
 		{"MetadataResponse", &wire.MetadataResponse{Topics: []wire.TopicMetadata{
@@ -472,5 +472,21 @@ func TestParseEnums(t *testing.T) {
 	}
 	if _, err := wire.ParseCodec("gzip"); err == nil {
 		t.Error("ParseCodec accepted gzip")
+	}
+}
+
+// TestMetadataFlags: the flags byte is canonical: present only with a bit set, and only bit 0.
+func TestMetadataFlags(t *testing.T) {
+	base := (&wire.MetadataRequest{Topics: []string{"a"}}).AppendTo(nil)
+	for _, tc := range []struct {
+		tail    []byte
+		cluster bool
+		ok      bool
+	}{{nil, false, true}, {[]byte{1}, true, true}, {[]byte{0}, false, false}, {[]byte{2}, false, false}, {[]byte{1, 0}, false, false}} {
+		var m wire.MetadataRequest
+		err := m.Decode(append(bytes.Clone(base), tc.tail...))
+		if (err == nil) != tc.ok || err == nil && m.Cluster != tc.cluster || err != nil && !errors.Is(err, wire.ErrMalformed) {
+			t.Errorf("flags % x: cluster %v, %v", tc.tail, m.Cluster, err)
+		}
 	}
 }

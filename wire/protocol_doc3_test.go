@@ -2,8 +2,8 @@ package wire_test
 
 import "github.com/lightq/lightq/wire"
 
-// clusterExamples are PROTOCOL.md's examples of METADATA's cluster layout and of NOT_LEADER
-// (section 16).
+// clusterExamples are PROTOCOL.md's examples of METADATA's cluster layout, of NOT_LEADER
+// and of CLUSTER_STATUS (section 16).
 func clusterExamples() []protocolExample {
 	var ex []protocolExample
 	add := func(name string, doc *annotated, frame []byte) {
@@ -60,6 +60,68 @@ func clusterExamples() []protocolExample {
 			a.str(notLeader, "message")
 		})),
 		wireFrame(wire.OpError, 0, 41, &wire.ErrorBody{Code: wire.CodeNotLeader, Message: notLeader}))
+
+	add("cluster-status-request",
+		frame(wire.OpClusterStatus, 0, 42, body(func(a *annotated) {
+			a.str("orders", "topic name")
+			a.str("", "from topic (from the start)")
+			a.u32(0, "from partition 0")
+		})),
+		wireFrame(wire.OpClusterStatus, 0, 42, &wire.ClusterStatus{Topic: "orders"}))
+	replica := func(a *annotated, node uint32, match uint64, lag int64, state uint8, stateName string, active uint8) {
+		a.u32(node, "      node %d", node)
+		a.u64(match, "      match index %d", match)
+		a.i64(lag, "      lag %d offsets", lag)
+		a.u8(state, "      state %d (%s)", state, stateName)
+		a.u8(active, "      active %d", active)
+	}
+	add("cluster-status-response",
+		frame(wire.OpClusterStatus, resp, 42, body(func(a *annotated) {
+			a.u32(2, "node id of the answering broker: 2")
+			a.u8(1, "flags: bit 0 cluster member")
+			a.u32(1, "metadata group: leader node 1")
+			a.u64(3, "  term 3")
+			a.u64(57, "  commit index 57")
+			a.u64(57, "  applied index 57")
+			a.u8(0, "more 0 (nothing left out)")
+			a.u32(1, "topic count 1")
+			a.str("orders", "  topic name")
+			a.u32(2, "  partition count 2")
+			a.u32(0, "    partition 0")
+			a.u8(2, "    view 2 (leader: this broker leads it)")
+			a.u32(2, "    leader: node 2")
+			a.u64(4, "    term 4")
+			a.u64(31, "    commit index 31")
+			a.u64(31, "    applied index 31")
+			a.i64(120, "    high watermark 120")
+			a.i64(0, "    log start offset 0")
+			a.i64(120, "    log end offset 120")
+			a.u16(3, "    replica count 3")
+			replica(a, 1, 31, 0, 2, "replicate", 1)
+			replica(a, 2, 31, 0, 2, "replicate", 1)
+			replica(a, 3, 21, 40, 1, "probe", 0)
+			a.u32(1, "    partition 1")
+			a.u8(1, "    view 1 (follower: what this broker's replica knows)")
+			a.u32(3, "    leader: node 3")
+			a.u64(2, "    term 2")
+			a.u64(25, "    commit index 25")
+			a.u64(25, "    applied index 25")
+			a.i64(96, "    high watermark 96")
+			a.i64(0, "    log start offset 0")
+			a.i64(96, "    log end offset 96")
+			a.u16(0, "    replica count 0 (only a leader lists them)")
+		})),
+		wireFrame(wire.OpClusterStatus, resp, 42, &wire.ClusterStatusResponse{NodeID: 2, Member: true,
+			MetaLeader: 1, MetaTerm: 3, MetaCommit: 57, MetaApplied: 57,
+			Topics: []wire.TopicStatus{{Name: "orders", Partitions: []wire.PartitionStatus{
+				{ID: 0, View: wire.ViewLeader, Leader: 2, Term: 4, Commit: 31, Applied: 31, HighWatermark: 120, LogEnd: 120,
+					Replicas: []wire.ReplicaStatus{
+						{NodeID: 1, Match: 31, State: wire.ReplicaStateReplicate, Active: true},
+						{NodeID: 2, Match: 31, State: wire.ReplicaStateReplicate, Active: true},
+						{NodeID: 3, Match: 21, Lag: 40, State: wire.ReplicaStateProbe},
+					}},
+				{ID: 1, View: wire.ViewFollower, Leader: 3, Term: 2, Commit: 25, Applied: 25, HighWatermark: 96, LogEnd: 96},
+			}}}}))
 	add("move-replicas-request",
 		frame(wire.OpMoveReplicas, 0, 50, body(func(a *annotated) {
 			a.str("orders", "topic")

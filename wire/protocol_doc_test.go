@@ -250,6 +250,8 @@ var bodyTypes = []struct {
 	{wire.OpListGroups, true, func() wireBody { return new(wire.ListGroupsResponse) }},
 	{wire.OpDescribeGroup, false, func() wireBody { return new(wire.DescribeGroup) }},
 	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
+	{wire.OpClusterStatus, false, func() wireBody { return new(wire.ClusterStatus) }},
+	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
 	// New bodies go last: FuzzBodies' corpus names a body type by its index among these.
 	{wire.OpMoveReplicas, false, func() wireBody { return new(wire.MoveReplicas) }},
 	{wire.OpMoveReplicas, true, nil},

@@ -65,10 +65,7 @@ func StartWith(t testing.TB, cfg broker.Config) *broker.Server {
 	return srv
 }
 
-// ClusterSecret is the cluster secret of the brokers StartMember starts.
-const ClusterSecret = "brokertest-cluster-secret"
-
-// StartMember starts broker node of a cluster (PROTOCOL.md section 16.1), changed by mutate
+// StartMember starts broker node of a cluster (PROTOCOL.md section 16.2), changed by mutate
 // (may be nil). With join false it founds a cluster of one, with join true it joins a
 // running cluster and waits until an admin adds it (ADD_BROKER with its Addr and
 // ClusterAddr); peers are the members it can reach (node id to cluster address, another

@@ -155,7 +155,7 @@ func Open(cfg Config) (*Store, error) {
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
-		ForwardProposals: true, Join: cfg.Join, Logger: raftLogger{logf},
+		ForwardProposals: true, Join: cfg.Join, LostCommit: rl.LostCommit(), Logger: raftLogger{logf},
 	})
 	if err != nil {
 		rl.Close()

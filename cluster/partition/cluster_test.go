@@ -53,10 +53,15 @@ type cluster struct {
 	nodes map[uint64]*node
 }
 
+// newCluster starts n nodes whose transports share a fault injector seeded with seed (seed
+// 0: none, for benchmarks), each Config adjusted by tune.
 func newCluster(t testing.TB, seed uint64, n int, tune func(*Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, faults: transport.NewFaults(seed), tune: tune, nodes: map[uint64]*node{}}
-	t.Cleanup(c.faults.Stop)
+	c := &cluster{t: t, tune: tune, nodes: map[uint64]*node{}}
+	if seed != 0 {
+		c.faults = transport.NewFaults(seed)
+		t.Cleanup(c.faults.Stop)
+	}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 		c.nodes[uint64(i)] = &node{id: uint64(i), dir: t.TempDir(), router: replica.NewRouter(), gate: &gate{}}

@@ -2,6 +2,8 @@ package partition
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -151,5 +153,60 @@ func TestFaultyNetworkPartitionedLeader(t *testing.T) {
 		old, notLeader, maybe, storedN, f.Dropped, f.Duplicated, f.Delayed, f.Cut)
 	if f.Dropped == 0 || f.Duplicated == 0 || f.Delayed == 0 || f.Cut == 0 {
 		t.Fatal("faults did not happen")
+	}
+}
+
+// TestFollowerLostEntries: a follower's log loses entries it had acknowledged while it is
+// down: its segment file cut (as a power loss under fsync=never does), or a bit flipped in
+// it (damage, which the replica's log cuts at instead of refusing). Raft never lowers what a
+// member acknowledged, so without help its leader would never send them again (and raft
+// would panic on a heartbeat's commit past the follower's log). The follower abstains from
+// votes while short, the leader removes it and adds it back, and it is brought up to the
+// same bytes as the others; nothing acked is lost or stored twice.
+func TestFollowerLostEntries(t *testing.T) {
+	for _, damage := range []string{"cut", "bit flip"} {
+		t.Run(damage, func(t *testing.T) {
+			c := newCluster(t, 0, 3, nil)
+			l := c.leader()
+			acked := runProducers(c, 20, 200, 2, 40, 2)
+			c.quiet()
+			f := c.ids[0]
+			if f == l {
+				f = c.ids[1]
+			}
+			if err := c.stop(f); err != nil {
+				t.Fatal(err)
+			}
+			segs, err := filepath.Glob(filepath.Join(c.nodes[f].dir, "*.log"))
+			if err != nil || len(segs) == 0 {
+				t.Fatalf("segments of node %d: %v %v", f, segs, err)
+			}
+			active := segs[len(segs)-1]
+			b, err := os.ReadFile(active)
+			if err != nil || len(b) < 1024 {
+				t.Fatalf("active segment %s: %d bytes, %v", active, len(b), err)
+			}
+			if damage == "cut" {
+				b = b[:len(b)/2]
+			} else {
+				b[len(b)/2] ^= 0x10
+			}
+			if err := os.WriteFile(active, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c.start(f)
+			if lc := c.part(f).st.LostCommit(); lc == 0 {
+				t.Fatal("the damaged log was not seen as having lost committed entries")
+			}
+			more := runProducers(c, 30, 100, 2, 20, 2)
+			for k, v := range more {
+				acked[k] = v
+			}
+			c.quiet()
+			for _, id := range c.ids {
+				exactlyOnce(t, c.part(id), acked)
+			}
+			c.sameLogs(c.ids...)
+		})
 	}
 }

@@ -73,7 +73,6 @@ func (p *Partition) checkpoint(force bool) error {
 		return err
 	}
 	p.ckIndex = index
-	p.lastCkptN.Add(1)
 	if cap(p.ckBuf) > 4<<20 {
 		p.ckBuf = nil
 	}

@@ -74,6 +74,9 @@ type Config struct {
 	Fsync  Fsync
 	// Log configures the segment log (segment size, retention, MaxBatch, FS). Its Producers
 	// must be zero: a replica's log does not deduplicate (the partition does, see the doc).
+	// Replicas roll segments by size at the same batches, so their segment files are
+	// byte-identical; SegmentAge makes each roll on its own clock (the bytes at every offset
+	// stay the same, the split into files does not).
 	Log       log.Options
 	Producers ProducerLimits
 	// OnCommit, if set, is called after the high watermark moved, on the replica's
@@ -148,23 +151,31 @@ type Partition struct {
 	label   string
 	maxSize int // the largest batch the log takes
 
-	// mu guards everything below it up to hw, and is taken by Produce, by the replica's
-	// callbacks (apply, advanced, settled) and by the maintenance goroutine. Never held
-	// across storage calls.
-	mu        sync.Mutex
-	dd        *dedup
-	closed    bool
-	term      uint64 // the term this replica leads in, 0 when it does not
-	ready     bool   // leader: its table is complete (it applied its term's first entry)
-	status    replica.Status
-	head      *pending // proposals not settled, oldest first
-	tail      *pending
-	count     int
-	bytes     int64
-	scratch   []answer // settled's answers, called after mu is released (replica goroutine)
-	sweepBuf  []answer // the maintenance goroutine's
-	hw        atomic.Int64
-	lastCkptN atomic.Int64 // checkpoints written, for tests
+	// mu guards dd, closed, term, ready, status, the list of pending batches and its counts,
+	// and is taken by Produce, by the replica's callbacks (apply, advanced, settled), by
+	// Snapshot and ApplySnapshot, and by the maintenance goroutine. Never held across
+	// storage calls.
+	mu     sync.Mutex
+	dd     *dedup
+	closed bool
+	term   uint64 // the term this replica leads in, 0 when it does not
+	ready  bool   // leader: its table is complete (it applied its term's first entry)
+	status replica.Status
+	head   *pending // proposals not settled, oldest first
+	tail   *pending
+	count  int
+	bytes  int64
+	// The answers to call once mu is released, reused: scratch by the replica's goroutine
+	// (settled, advanced), sweepBuf by the maintenance goroutine; each owned by its
+	// goroutine, not by mu.
+	scratch  []answer
+	sweepBuf []answer
+	// hw is the high watermark (lock-free; written by the replica's goroutine).
+	hw atomic.Int64
+
+	// Guarded by mu too: the last term in which this replica saw a leader, and the terms it
+	// saw one in since Open (Status.LeaderChanges).
+	leaderTerm, leaderChanges uint64
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
@@ -222,6 +233,9 @@ func Open(cfg Config) (*Partition, error) {
 	if lopts.Logf == nil {
 		lopts.Logf = cfg.Logf
 	}
+	// A damaged batch is cut, not refused: the peers hold the same bytes and raft brings
+	// them back (the replica lost entries it had acknowledged: see replica.Config.LostCommit).
+	lopts.CutDamage = true
 	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways})
 	if err != nil {
 		return nil, err
@@ -237,7 +251,7 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Join: cfg.Join, Storage: p.st, Sender: cfg.Sender,
-		Apply: p.apply, Applied: commit, Advanced: p.advanced,
+		Apply: p.apply, Applied: commit, Advanced: p.advanced, LostCommit: s.LostCommit(),
 		Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		// Above what Produce lets through, so that raft never drops a proposal for its size
 		// (a drop between two batches of one producer would store the later one after a gap).
@@ -340,6 +354,10 @@ func (p *Partition) advanced(st replica.Status) {
 	off, offErr := p.st.OffsetAfter(st.Applied)
 	p.mu.Lock()
 	p.status = st
+	if st.Leader != 0 && st.Term != p.leaderTerm {
+		p.leaderTerm = st.Term
+		p.leaderChanges++
+	}
 	p.dd.advance(st.Applied)
 	var lead uint64
 	if st.IsLeader {
@@ -399,6 +417,9 @@ func (p *Partition) Close() error {
 		if cerr := p.st.Close(); err == nil {
 			err = cerr
 		}
+		p.mu.Lock()
+		p.dd.table.Release() // its share of a Budget goes back
+		p.mu.Unlock()
 		p.closeErr = err
 	})
 	return p.closeErr

@@ -123,8 +123,16 @@ func (p *Partition) Produce(batch []byte, count uint32, done func(base int64, er
 		done(0, fmt.Errorf("%w: %d bytes in format 2, the partition's limit is %d", wire.ErrBatchTooLarge, size, p.maxSize))
 		return
 	}
-	now := time.Now()
+	// The entry: the replica and the transport keep it as long as they need (it cannot be
+	// pooled). Made before mu is taken, so that concurrent producers copy in parallel.
+	data := make([]byte, 0, size)
+	if h.Magic == wire.BatchMagic2 {
+		data = append(data, batch...)
+	} else {
+		data = appendFormat2(data, batch, &h)
+	}
 	p.mu.Lock()
+	now := time.Now() // under mu: deadlines grow along the list (expire relies on it)
 	if err := p.admit(size); err != nil {
 		p.mu.Unlock()
 		done(0, err)
@@ -160,12 +168,6 @@ func (p *Partition) Produce(batch []byte, count uint32, done func(base int64, er
 	r := pendingPool.Get().(*pending)
 	r.part, r.term, r.size, r.done, r.deadline = p, p.term, size, done, now.Add(p.cfg.ProposalTimeout)
 	r.idem, r.pid, r.epoch, r.seq, r.count = h.HasProducer(), h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.RecordCount
-	data := make([]byte, 0, size) // the entry: the replica and the transport keep it as long as they need
-	if h.Magic == wire.BatchMagic2 {
-		data = append(data, batch...)
-	} else {
-		data = appendFormat2(data, batch, &h)
-	}
 	r.prop.Data = data
 	if err := p.rep.ProposeNotify(&r.prop, p.term, r.notify); err != nil {
 		p.mu.Unlock()
@@ -203,11 +205,10 @@ func (p *Partition) settled(r *pending) {
 		base int64
 		err  = r.prop.Err
 	)
-	var nl *replica.NotLeaderError
 	switch {
 	case err == nil:
 		base = wire.BatchBaseOffset(r.prop.Data) // raftlog wrote it there when it stored the entry
-	case errors.Is(err, replica.ErrReplaced), errors.As(err, &nl):
+	case errors.Is(err, replica.ErrReplaced), isNotLeader(err):
 		err = nil // below: the leader known now
 	case errors.Is(err, replica.ErrBusy):
 		err = ErrBusy
@@ -237,6 +238,13 @@ func (p *Partition) settled(r *pending) {
 	p.mu.Unlock()
 	p.release(r)
 	p.scratch = call(ans)
+}
+
+// isNotLeader reports whether err is a *replica.NotLeaderError (apart, so that settled's
+// other paths do not allocate the target).
+func isNotLeader(err error) bool {
+	var nl *replica.NotLeaderError
+	return errors.As(err, &nl)
 }
 
 // release returns r to the pool; the entry's bytes stay with whoever still holds them.

@@ -27,6 +27,10 @@ type Status struct {
 	Voters, Learners, Outgoing []uint64
 	Pending                    int   // batches proposed here, not settled
 	PendingBytes               int64 // their bytes
+	// LeaderChanges counts the terms in which this replica learned of a leader since Open
+	// (each election it saw won, the first included; a leader elected again in a new term
+	// counts again).
+	LeaderChanges uint64
 	// Replicas is, on the leader, every member's replication (itself included); nil on a
 	// follower.
 	Replicas []ReplicaStatus
@@ -56,7 +60,7 @@ func (p *Partition) Status() Status {
 		Ready: p.ready && p.term == st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
 		HighWatermark: p.hw.Load(), Voters: slices.Clone(rs.ConfState.Voters),
 		Learners: slices.Clone(rs.ConfState.Learners), Outgoing: slices.Clone(rs.ConfState.VotersOutgoing),
-		Pending: p.count, PendingBytes: p.bytes,
+		Pending: p.count, PendingBytes: p.bytes, LeaderChanges: p.leaderChanges,
 	}
 	p.mu.Unlock()
 	s.LogStart, s.LogEnd = l.StartOffset(), l.NextOffset()

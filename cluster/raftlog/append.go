@@ -122,7 +122,7 @@ func (s *Storage) appendOne(e *raftpb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("raftlog: append entry %d: %w", e.Index, err)
 	}
-	s.win.push(e.Index, entryPos{term: e.Term, off: base})
+	s.win.push(e.Index, entryPos{term: e.Term, off: base, typ: e.Type, cached: true, data: e.Data})
 	s.last, s.lastTerm = e.Index, e.Term
 	return nil
 }
@@ -172,7 +172,7 @@ func (s *Storage) ApplySnapshot(snap raftpb.Snapshot) error {
 		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
 	}
 	s.st = st
-	s.win.n = 0
+	s.win.reset()
 	s.cur = cursor{}
 	s.last, s.lastTerm = m.Index, m.Term
 	return nil

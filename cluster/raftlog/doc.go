@@ -15,8 +15,8 @@
 //
 //   - storage.go: Storage, Open and its recovery, the raft.Storage read side but Entries,
 //     SetHardState, SetConfState, Snapshot, the decoder of stored batches into entries;
-//   - read.go: the window of recent entries, the cursor, the binary search over offsets,
-//     the header walk at Open, Entries;
+//   - read.go: the window of recent entries (and the cache of their data), the cursor, the
+//     binary search over offsets, the header walk at Open, Entries;
 //   - append.go: Append (a conflicting tail replaced), ApplySnapshot, EnforceRetention;
 //   - snapdata.go: the data of the snapshots replicas exchange (the offset the log goes on
 //     at);

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,25 +160,27 @@ func TestOpenRecovers(t *testing.T) {
 			t.Fatalf("InitialState %+v, want the commit at the last entry", hs)
 		}
 	})
-	t.Run("the last batch in a sealed segment", func(t *testing.T) {
+	t.Run("an empty active segment after sealed ones", func(t *testing.T) {
+		// A crash after a roll created the new segment, before its first batch was written.
 		dir := t.TempDir()
-		s := mustOpen(t, dir, Options{Log: log.Options{SegmentBytes: 1 << 10}})
+		opts := Options{Log: log.Options{SegmentBytes: 1 << 10}}
+		s := mustOpen(t, dir, opts)
 		ents := clone(mixedEntries(1, 40, 1, 0))
 		mustAppend(t, s, ents)
-		// Cut the active segment's batches off: the active segment is empty.
-		s.mu.Lock()
-		off := s.l.NextOffset()
-		for s.l.InActiveSegment(off - 1) {
-			off--
-		}
-		s.mu.Unlock()
-		if err := s.Log().TruncateFrom(off); err != nil {
-			t.Fatal(err)
-		}
+		next := s.Log().NextOffset()
 		s.Close()
-		s = mustOpen(t, dir, Options{Window: 3})
+		empty := filepath.Join(dir, fmt.Sprintf("%020d.log", next))
+		writeFile(t, empty, nil)
+		s = mustOpen(t, dir, Options{Window: 3, Log: opts.Log})
 		defer s.Close()
-		checkLog(t, s, ents[:len(storedBatches(t, s))])
+		checkLog(t, s, ents)
+		if _, err := os.Stat(empty); !os.IsNotExist(err) {
+			t.Fatalf("the empty segment is still there: %v", err)
+		}
+		if !s.Log().InActiveSegment(next - 1) {
+			t.Fatal("the last batch is not in the active segment")
+		}
+		mustAppend(t, s, clone(mixedEntries(41, 41, 1, 0)))
 	})
 }
 

@@ -13,28 +13,64 @@ import (
 // Reading the Raft log: the window of recent entries, the cursor of sequential reads, the
 // binary search over offsets, and Entries.
 
-// entryPos is where an entry is: its term and the offset of its batch.
+// entryPos is where an entry is: its term and the offset of its batch, and, while it is in
+// the cache of recent entries, the entry's type and data as Entries returns them (data
+// aliases what Append stored).
 type entryPos struct {
-	term uint64
-	off  int64
+	term   uint64
+	off    int64
+	typ    raftpb.EntryType
+	cached bool
+	data   []byte
 }
 
 // window holds the positions of the most recent entries, [first, first+n), in a ring. It
-// always ends at the last entry when it holds any.
+// always ends at the last entry when it holds any. It is also the cache of recent entries:
+// those Append stored keep their data until they hold more than limit bytes together, the
+// oldest given up first, so that raft's reads of entries just appended (to apply them once
+// committed, to send them to a follower a little behind) do not read the log again.
 type window struct {
 	ring  []entryPos
 	head  int // ring index of entry first
 	n     int
 	first uint64
+	bytes int    // data bytes cached
+	limit int    // cache limit in bytes
+	evict uint64 // entries below it are not cached
 }
 
-func newWindow(size int) window { return window{ring: make([]entryPos, size)} }
+func newWindow(size, cacheBytes int) window {
+	return window{ring: make([]entryPos, size), limit: cacheBytes}
+}
+
+func (w *window) slot(i uint64) *entryPos { return &w.ring[(w.head+int(i-w.first))%len(w.ring)] }
 
 func (w *window) get(i uint64) (entryPos, bool) {
 	if w.n == 0 || i < w.first || i-w.first >= uint64(w.n) {
 		return entryPos{}, false
 	}
-	return w.ring[(w.head+int(i-w.first))%len(w.ring)], true
+	return *w.slot(i), true
+}
+
+// forget drops p's cached data.
+func (w *window) forget(p *entryPos) {
+	if p.cached {
+		w.bytes -= len(p.data)
+		p.cached, p.data = false, nil
+	}
+}
+
+// forgetRange drops the cached data of the entries [from, to) held.
+func (w *window) forgetRange(from, to uint64) {
+	for i := max(from, w.first); i < to && i < w.first+uint64(w.n); i++ {
+		w.forget(w.slot(i))
+	}
+}
+
+// reset empties the window.
+func (w *window) reset() {
+	w.forgetRange(w.first, w.first+uint64(w.n))
+	w.n, w.evict = 0, 0
 }
 
 // oldest is the first entry held.
@@ -46,21 +82,33 @@ func (w *window) oldest() (uint64, entryPos, bool) {
 }
 
 // push adds entry i, the one after the last held (any when empty), dropping the oldest when
-// the ring is full.
+// the ring is full, and then cached data past the limit, oldest first.
 func (w *window) push(i uint64, p entryPos) {
 	if w.n > 0 && i != w.first+uint64(w.n) {
-		w.n = 0 // not the next entry: start over (Append keeps them consecutive)
+		w.reset() // not the next entry: start over (Append keeps them consecutive)
 	}
 	if w.n == 0 {
 		w.first, w.head = i, 0
 	}
 	if w.n == len(w.ring) {
+		w.forget(&w.ring[w.head])
 		w.head = (w.head + 1) % len(w.ring)
 		w.first++
 		w.n--
 	}
+	if p.cached && w.limit <= 0 {
+		p.cached, p.data = false, nil
+	}
 	w.ring[(w.head+w.n)%len(w.ring)] = p
 	w.n++
+	if p.cached {
+		w.bytes += len(p.data)
+	}
+	for end := w.first + uint64(w.n); w.bytes > w.limit && w.evict < end; {
+		at := max(w.evict, w.first)
+		w.forget(w.slot(at))
+		w.evict = at + 1
+	}
 }
 
 // truncateFrom drops the entries from i on.
@@ -68,9 +116,11 @@ func (w *window) truncateFrom(i uint64) {
 	switch {
 	case w.n == 0 || i >= w.first+uint64(w.n):
 	case i <= w.first:
-		w.n = 0
+		w.reset()
 	default:
+		w.forgetRange(i, w.first+uint64(w.n))
 		w.n = int(i - w.first)
+		w.evict = min(w.evict, i)
 	}
 }
 
@@ -79,13 +129,53 @@ func (w *window) dropThrough(i uint64) {
 	switch {
 	case w.n == 0 || i < w.first:
 	case i-w.first+1 >= uint64(w.n):
-		w.n = 0
+		w.reset()
 	default:
 		k := int(i - w.first + 1)
+		w.forgetRange(w.first, i+1)
 		w.head = (w.head + k) % len(w.ring)
 		w.first += uint64(k)
 		w.n -= k
 	}
+}
+
+// cachedEntries is Entries(lo, hi, maxSize) from the cache, when it holds every entry
+// asked for. s.mu held, lo in (SnapIndex, last], hi in (lo, last+1].
+func (s *Storage) cachedEntries(lo, hi, maxSize uint64) ([]raftpb.Entry, bool) {
+	w := &s.win
+	if w.n == 0 || lo < w.first || lo < w.evict {
+		return nil, false
+	}
+	for i := lo; i < hi; i++ {
+		if !w.slot(i).cached {
+			return nil, false
+		}
+	}
+	var (
+		ents []raftpb.Entry
+		size uint64
+	)
+	for i := lo; i < hi; i++ {
+		p := w.slot(i)
+		e := raftpb.Entry{Term: p.term, Index: i, Type: p.typ, Data: p.data}
+		es := uint64(e.Size())
+		if len(ents) > 0 && size+es > maxSize {
+			break
+		}
+		if ents == nil {
+			ents = make([]raftpb.Entry, 0, hi-i)
+		}
+		ents = append(ents, e)
+		size += es
+	}
+	next := lo + uint64(len(ents))
+	off := s.l.NextOffset()
+	if next <= s.last {
+		off = w.slot(next).off
+	}
+	s.cur = cursor{valid: true, index: next, off: off, prevTerm: ents[len(ents)-1].Term}
+	s.cacheHits++
+	return ents, true
 }
 
 // cursor is where the last Entries stopped: entry index is at offset off, and entry index-1
@@ -290,7 +380,9 @@ func (s *Storage) walkTail() error {
 // Entries returns the entries [lo, hi), at most maxSize bytes of them (raft's measure:
 // Entry.Size) but at least one: raft.ErrCompacted when lo is at or below SnapIndex,
 // raft.ErrUnavailable when hi is past LastIndex+1. Each entry's data is the stored batch (for
-// a control batch, its value), read into memory the caller owns: it may keep it.
+// a control batch, its value): the caller may keep it, and must not modify it (entries still
+// in the cache of recent ones, Options.CacheBytes, share the data Append stored; older ones
+// are read from the log into new memory).
 func (s *Storage) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,6 +395,9 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 		return nil, raft.ErrUnavailable
 	case lo == hi:
 		return nil, nil
+	}
+	if ents, ok := s.cachedEntries(lo, hi, maxSize); ok {
+		return ents, nil
 	}
 	off, err := s.offsetOf(lo)
 	if err != nil {

@@ -34,7 +34,9 @@ import (
 // # Index and offset
 //
 // Both grow together, so an entry is found by its offset. The most recent Options.Window
-// entries keep their term and offset in memory; a cursor remembers where the last Entries
+// entries keep their term and offset in memory, and those Append stored keep their data too,
+// up to Options.CacheBytes (raft reads every entry again to apply it once committed: from
+// memory, not the disk); a cursor remembers where the last Entries
 // ended, so a follower catching up (Entries from lo, then from the previous hi) reads on
 // without a search; anything else is a binary search over offsets reading batch headers.
 // FirstIndex is SnapIndex+1 and Term(SnapIndex) is SnapTerm, from the state file.
@@ -53,9 +55,8 @@ import (
 // The log is opened without deduplication (log.ProducerOptions.Disabled): a follower stores
 // whatever raft commits to its log and must refuse nothing for idempotence reasons, and a
 // producer-state expiry by wall clock would make replicas disagree. The leader deduplicates
-// before it proposes. What replication will need there later: the producer state rebuilt on
-// every replica from committed entries (so that a new leader has it), with expiry decided by
-// the entries (their timestamps or a control entry), not by each replica's clock.
+// before it proposes; cluster/partition keeps the producer state, rebuilt on every replica
+// from committed entries (so that a new leader has it), and adds it to the snapshots.
 //
 // # Concurrency
 //
@@ -70,15 +71,20 @@ type Storage struct {
 	sf   *StateFile
 	st   State // as saved (or being saved)
 
-	last     uint64 // index of the last entry; SnapIndex when there is none
-	lastTerm uint64
-	win      window
-	cur      cursor
-	broken   error  // sticky, set by a failed write
-	scratch  []byte // control batch encoding
-	rbuf     []byte // header walks
-	hdr      [wire.MaxBatchHeaderSize]byte
-	probes   int // headers read by searches, for tests
+	last      uint64 // index of the last entry; SnapIndex when there is none
+	lastTerm  uint64
+	win       window
+	cur       cursor
+	broken    error  // sticky, set by a failed write
+	scratch   []byte // control batch encoding
+	rbuf      []byte // header walks
+	hdr       [wire.MaxBatchHeaderSize]byte
+	probes    int // headers read by searches, for tests
+	cacheHits int // Entries served from the cache, for tests
+	// lostCommit is the commit index the state file recorded when Open found the log
+	// shorter (entries lost to a power loss under fsync=never, or to damage): the replica
+	// acknowledged entries it no longer holds (see LostCommit). 0 when none.
+	lostCommit uint64
 }
 
 // Options configure a Storage. The zero value gives the defaults.
@@ -95,14 +101,20 @@ type Options struct {
 	// ReadBytes bounds what one read of the log takes into memory in Entries; default 1 MiB
 	// (at least one batch is read).
 	ReadBytes int
+	// CacheBytes bounds the data of the recent entries (among the Window last) that Append
+	// keeps in memory, so that Entries serves them without reading the log: raft reads every
+	// entry again to apply it once committed, and to send it to a follower a little behind.
+	// Default 4 MiB; negative: none.
+	CacheBytes int
 }
 
 // StateFileName is the raft state file in a replica's directory, beside the segments.
 const StateFileName = "raft.state"
 
 const (
-	defaultWindow    = 512
-	defaultReadBytes = 1 << 20
+	defaultWindow     = 512
+	defaultReadBytes  = 1 << 20
+	defaultCacheBytes = 4 << 20
 )
 
 // Errors. Every error Storage returns but raft's own (ErrCompacted, ErrUnavailable,
@@ -132,6 +144,9 @@ func Open(dir string, opts Options) (*Storage, error) {
 	if opts.ReadBytes <= 0 {
 		opts.ReadBytes = defaultReadBytes
 	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = defaultCacheBytes
+	}
 	fsys := opts.Log.FS
 	if fsys == nil {
 		fsys = vfs.OS
@@ -153,7 +168,7 @@ func Open(dir string, opts Options) (*Storage, error) {
 		sf.Close()
 		return nil, err
 	}
-	s := &Storage{dir: dir, opts: opts, l: l, sf: sf, st: st, win: newWindow(opts.Window)}
+	s := &Storage{dir: dir, opts: opts, l: l, sf: sf, st: st, win: newWindow(opts.Window, opts.CacheBytes)}
 	if err := s.recover(); err != nil {
 		l.Close()
 		sf.Close()
@@ -189,6 +204,15 @@ func (s *Storage) recover() error {
 		st.FirstOffset = s.l.StartOffset()
 	}
 	start, next := s.l.StartOffset(), s.l.NextOffset()
+	if next > start && !s.l.InActiveSegment(next-1) {
+		// An empty active segment after sealed ones: a crash after a roll created it and
+		// before the batch that caused the roll was written. Remove it, so that the next
+		// entry goes where it goes on a replica that never rolled there (the next entry may
+		// be another, smaller one: the segment files of replicas stay byte-identical).
+		if err := s.l.TruncateFrom(next); err != nil {
+			return err
+		}
+	}
 	if st.FirstOffset < start || st.FirstOffset > next {
 		return fmt.Errorf("%w: %s: the raft log starts at offset %d (entry %d), but the log holds [%d, %d)",
 			ErrCorrupt, s.dir, st.FirstOffset, st.SnapIndex+1, start, next)
@@ -211,9 +235,22 @@ func (s *Storage) recover() error {
 		// Entries that the fsync policy left unsynced were lost with the power while a
 		// later synced save (a vote) recorded their commit: raft must start within the log.
 		s.opts.Log.Logf("raftlog %s: commit index %d outside the log [%d, %d]: using %d", s.dir, hs.Commit, st.SnapIndex, s.last, min(max(hs.Commit, st.SnapIndex), s.last))
+		if hs.Commit > s.last {
+			s.lostCommit = hs.Commit
+		}
 		hs.Commit = min(max(hs.Commit, st.SnapIndex), s.last)
 	}
 	return nil
+}
+
+// LostCommit is the commit index this replica had recorded before Open found its log ending
+// below it, 0 when the log holds everything it committed. Such a replica acknowledged
+// entries it lost: it must not vote until it holds them again (replica.Config.LostCommit),
+// and its leader must forget what it acknowledged (see cluster/replica).
+func (s *Storage) LostCommit() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostCommit
 }
 
 // InitialState returns the saved HardState and ConfState.

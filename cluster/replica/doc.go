@@ -22,7 +22,10 @@
 // channel, and the leader term it is proposed for, so that what the owner decided in one
 // term is never proposed in the next. Status.TermStart and Config.Advanced let the owner see
 // when a new leader has applied everything of earlier terms. A snapshot that replaces the log
-// ends the proposals it covers with ErrSnapshotCovered (outcome unknown).
+// ends the proposals it covers with ErrSnapshotCovered (outcome unknown). A snapshot the
+// leader sends is reported to raft as soon as the transport took it (or failed to), so that
+// raft probes the follower again rather than waiting in StateSnapshot for a report no one
+// would make.
 //
 // Reads: only committed entries are applied (Config.Apply), so a consumer fed from what was
 // applied sees the high watermark and never an entry a later leader could replace.

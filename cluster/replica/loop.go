@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -24,6 +25,9 @@ func (r *Replica) run() {
 			return
 		case <-tick.C:
 			r.rn.Tick()
+			if r.ticks++; len(r.resets) > 0 && r.ticks%uint64(r.cfg.ElectionTicks) == 0 {
+				r.addBack() // a proposed add raft turned into an empty entry: again
+			}
 		case m := <-r.inbox:
 			r.step(m)
 			r.drainInbox()
@@ -51,6 +55,26 @@ func (r *Replica) run() {
 }
 
 func (r *Replica) step(m raftpb.Message) {
+	switch m.Type {
+	case raftpb.MsgVote, raftpb.MsgPreVote:
+		if r.cfg.LostCommit > 0 {
+			if last, _ := r.cfg.Storage.LastIndex(); last < r.cfg.LostCommit {
+				return // abstain: see Config.LostCommit
+			}
+			r.cfg.LostCommit = 0 // whole again
+		}
+	case raftpb.MsgHeartbeat:
+		// A leader's heartbeat carries the commit index up to what this replica
+		// acknowledged; one that lost entries since would make raft panic (commit past the
+		// log). Commit what is here; the leader re-adds this replica (resetMember).
+		if last, _ := r.cfg.Storage.LastIndex(); m.Commit > last {
+			m.Commit = last
+		}
+	case raftpb.MsgAppResp:
+		if m.Reject && r.term != 0 {
+			r.checkLost(m)
+		}
+	}
 	if err := r.rn.Step(m); err != nil && err != raft.ErrStepPeerNotFound && err != raft.ErrStepLocalMsg {
 		r.cfg.Logger.Debugf("group %d: step %s from %d: %v", r.cfg.Group, m.Type, m.From, err)
 	}
@@ -150,6 +174,7 @@ func (r *Replica) handleReady() error {
 			r.term, r.termStart = r.rn.BasicStatus().Term, 0
 		} else {
 			r.term, r.termStart = 0, 0
+			clear(r.resets) // a later leader finds its own (checkLost)
 			// Proposals not yet in the log will never be: raft dropped them with the leadership.
 			for _, p := range r.unassigned {
 				p.finish(&NotLeaderError{Leader: rd.SoftState.Lead})
@@ -176,7 +201,8 @@ func (r *Replica) handleReady() error {
 	}
 	snaps := r.snapSent[:0]
 	for _, m := range rd.Messages {
-		ok := r.cfg.Sender.Send(m.To, transport.Envelope{Group: r.cfg.Group, Msg: m})
+		r.envs = append(r.envs[:0], transport.Envelope{Group: r.cfg.Group, Msg: m}) // the sender copies it
+		ok := r.cfg.Sender.Send(m.To, r.envs...)
 		if m.Type == raftpb.MsgSnap {
 			snaps = append(snaps, snapSent{to: m.To, ok: ok})
 		}
@@ -192,21 +218,26 @@ func (r *Replica) handleReady() error {
 			if err := cc.Unmarshal(e.Data); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.Index, err)
 			}
-			if err := r.saveConfState(r.rn.ApplyConfChange(cc), e.Index); err != nil {
+			cs := r.rn.ApplyConfChange(cc)
+			if err := r.saveConfState(cs, e.Index); err != nil {
 				return err
 			}
+			r.applyReset(cs)
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := cc.Unmarshal(e.Data); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.Index, err)
 			}
-			if err := r.saveConfState(r.rn.ApplyConfChange(cc), e.Index); err != nil {
+			cs := r.rn.ApplyConfChange(cc)
+			if err := r.saveConfState(cs, e.Index); err != nil {
 				return err
 			}
+			r.applyReset(cs)
 		}
 		r.settle(e)
 	}
 	r.rn.Advance(rd)
+	r.addBack()
 	// A snapshot sent is reported at once (the transport does not confirm delivery): raft
 	// then probes the follower from the snapshot on, and sends a newer snapshot if the
 	// follower did not get this one or retention went past it meanwhile. Unreported, the
@@ -219,6 +250,7 @@ func (r *Replica) handleReady() error {
 		r.rn.ReportSnapshot(sn.to, status)
 	}
 	r.snapSent = snaps[:0]
+	clear(r.envs) // do not pin the last message's entries
 	st := r.publishStatus()
 	if r.cfg.Advanced != nil {
 		r.cfg.Advanced(st)
@@ -340,4 +372,71 @@ func (r *Replica) publishStatus() Status {
 	r.status = st
 	r.statusMu.Unlock()
 	return st
+}
+
+// checkLost looks at a follower's refusal of an append: refusing an index at or below what it
+// acknowledged means it lost entries it had (a damaged or truncated log, a power loss under
+// fsync=never). Raft never lowers a member's acknowledged index, so it would never send them
+// again: the member is removed and added back (resetMember), which starts it afresh.
+func (r *Replica) checkLost(m raftpb.Message) {
+	if r.resets[m.From] {
+		return
+	}
+	pr, ok := r.rn.Status().Progress[m.From]
+	if !ok || m.Index > pr.Match || pr.Match == 0 {
+		return
+	}
+	r.cfg.Logger.Warningf("group %d: node %d refused index %d after acknowledging up to %d: it lost entries; removing and adding it back so it is brought up again", r.cfg.Group, m.From, m.Index, pr.Match)
+	r.resetMember(m.From)
+}
+
+// resetMember removes node from the group, then (once that is applied: applyReset) adds it
+// back as a new member, whose copy raft then rebuilds from the leader's log or a snapshot.
+// Two changes, not one joint change, because a joint change that removes and adds the same
+// node keeps its progress. Meanwhile the other members form the quorum.
+func (r *Replica) resetMember(node uint64) {
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: node}}}
+	if err := r.rn.ProposeConfChange(cc); err != nil {
+		r.cfg.Logger.Warningf("group %d: removing node %d to bring it up again: %v", r.cfg.Group, node, err)
+		return
+	}
+	if r.resets == nil {
+		r.resets = map[uint64]bool{}
+	}
+	r.resets[node] = true
+}
+
+// applyReset notes, as a membership change is applied, which members resetMember removed
+// are gone now (to be added back by addBack, after Advance: raft refuses a change proposed
+// while the last one is not yet marked applied) and which are back.
+func (r *Replica) applyReset(cs *raftpb.ConfState) {
+	r.voters = append(r.voters[:0], cs.Voters...)
+	for node, removing := range r.resets {
+		switch voter := slices.Contains(cs.Voters, node); {
+		case voter && !removing:
+			delete(r.resets, node) // added back
+		case !voter && removing:
+			r.resets[node] = false // removed: add it back
+		}
+	}
+}
+
+// addBack proposes adding back every member resetMember removed that is not a voter yet.
+func (r *Replica) addBack() {
+	for node, removing := range r.resets {
+		if removing || slices.Contains(r.voters, node) {
+			continue
+		}
+		if r.term == 0 {
+			r.cfg.Logger.Errorf("group %d: node %d was removed to be brought up again, and this replica lost the leadership before adding it back: add it with a membership change", r.cfg.Group, node)
+			delete(r.resets, node)
+			continue
+		}
+		cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: node}}}
+		if err := r.rn.ProposeConfChange(cc); err != nil {
+			r.cfg.Logger.Errorf("group %d: adding node %d back: %v", r.cfg.Group, node, err)
+			continue
+		}
+		r.cfg.Logger.Warningf("group %d: node %d removed; adding it back", r.cfg.Group, node)
+	}
 }

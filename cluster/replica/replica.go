@@ -30,7 +30,8 @@ type ConfStateSaver interface {
 	SetConfState(cs raftpb.ConfState, index uint64) error
 }
 
-// Sender sends messages to peers; *transport.Transport is one.
+// Sender sends messages to peers; *transport.Transport is one. Send must not keep envs (the
+// slice) after it returns: the replica reuses it. It may keep the messages.
 type Sender interface {
 	Send(node uint64, envs ...transport.Envelope) bool
 }
@@ -73,6 +74,12 @@ type Config struct {
 	// follows the applied index (its high watermark) and the leadership there. It must not
 	// block for long: it holds up the group.
 	Advanced func(Status)
+	// LostCommit, when not 0, says that this replica's log lost entries it had
+	// acknowledged, up to this index (raftlog.Storage.LostCommit): until its log reaches it
+	// again, it grants no votes, since a candidate it helped elect might lack entries a
+	// quorum counted on its copy. (Its leader notices the loss and re-adds it: see
+	// resetMember.)
+	LostCommit uint64
 	// Join starts a replica whose Storage is empty without bootstrapping a group (Peers is
 	// ignored): a new member that a membership change (ProposeConfChange) adds to a running
 	// group, which the leader then sends its log or a snapshot. Ignored when Storage is not
@@ -176,11 +183,17 @@ type Replica struct {
 	closed   bool // set (under statusMu) before the loop fails what is queued
 
 	// Owned by the loop goroutine.
-	term       uint64      // the term in which this replica leads, 0 when it does not
-	termStart  uint64      // index of the first entry of term, once seen
-	unassigned []*Proposal // proposed in this term, index not yet seen in a Ready
-	waiting    []*Proposal // index known, waiting for that index to commit
-	snapSent   []snapSent  // snapshots sent in this Ready, reported after Advance
+	term uint64 // the term in which this replica leads, 0 when it does not
+	// resets are the members this leader is re-adding because they lost entries they had
+	// acknowledged: true once removed, waiting for the add (see resetMember).
+	resets     map[uint64]bool
+	voters     []uint64 // as of the last membership change applied (addBack)
+	ticks      uint64
+	termStart  uint64               // index of the first entry of term, once seen
+	unassigned []*Proposal          // proposed in this term, index not yet seen in a Ready
+	waiting    []*Proposal          // index known, waiting for that index to commit
+	snapSent   []snapSent           // snapshots sent in this Ready, reported after Advance
+	envs       []transport.Envelope // the one envelope of each Send, reused
 }
 
 // Start opens the replica's raft state from cfg.Storage (bootstrapping a new group from

@@ -22,7 +22,11 @@
 // Faults (faults.go) sits in the send path for tests: drop, delay (and so reorder), duplicate
 // and partition sets of nodes, deterministically under a seed.
 //
-// Concurrency: Send, SetPeer, RemovePeer and Close are safe from any goroutine. The handler
+// PeerStats (stats.go) reports, per peer, whether its connection is up, what waits in its
+// queue and what was sent and dropped: counted with atomics once per frame written or message
+// dropped, so a metrics scrape reads them at no cost to the senders.
+//
+// Concurrency: Send, SetPeer, RemovePeer, PeerStats and Close are safe from any goroutine. The handler
 // runs on the receiving connection's goroutine, one call per frame, in frame order per peer; a
 // slow handler slows only that peer's stream.
 package transport

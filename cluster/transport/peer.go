@@ -17,21 +17,23 @@ type peer struct {
 	node uint64
 	addr string
 
-	queue chan Envelope
-	done  chan struct{}
+	queue    chan Envelope
+	done     chan struct{}
+	counters *peerCounters // shared with the transport (PeerStats)
 
 	mu   sync.Mutex // guards conn, for stop to close it under a blocked write
 	conn net.Conn
 }
 
-func newPeer(t *Transport, node uint64, addr string) *peer {
-	return &peer{t: t, node: node, addr: addr, queue: make(chan Envelope, t.cfg.QueueLen), done: make(chan struct{})}
+func newPeer(t *Transport, node uint64, addr string, c *peerCounters) *peer {
+	return &peer{t: t, node: node, addr: addr, queue: make(chan Envelope, t.cfg.QueueLen), done: make(chan struct{}), counters: c}
 }
 
 // enqueue queues e without blocking; false when the queue is full or the peer stopped.
 func (p *peer) enqueue(e Envelope) bool {
 	select {
 	case <-p.done:
+		p.counters.dropped.Add(1)
 		return false
 	default:
 	}
@@ -39,6 +41,7 @@ func (p *peer) enqueue(e Envelope) bool {
 	case p.queue <- e:
 		return true
 	default:
+		p.counters.dropped.Add(1)
 		return false
 	}
 }
@@ -87,6 +90,7 @@ func (p *peer) run() {
 			var err error
 			if conn, err = p.dial(); err != nil {
 				p.t.cfg.Logf("cluster: node %d at %s: %v", p.node, p.addr, err)
+				p.counters.dialFailures.Add(1)
 				retryAt = time.Now().Add(backoff(p.t.cfg.RedialMin, p.t.cfg.RedialMax, failures))
 				failures++
 			} else {
@@ -94,6 +98,7 @@ func (p *peer) run() {
 			}
 		}
 		if conn == nil {
+			p.counters.dropped.Add(uint64(len(batch)))
 			p.t.cfg.Unreachable(p.node)
 			clear(batch)
 			continue
@@ -101,10 +106,12 @@ func (p *peer) run() {
 		var err error
 		if buf, err = appendFrame(buf[:0], batch); err != nil {
 			p.t.cfg.Logf("cluster: node %d: %v", p.node, err)
+			p.counters.dropped.Add(uint64(len(batch)))
 			p.t.cfg.Unreachable(p.node)
 			clear(batch)
 			continue
 		}
+		n := uint64(len(batch))
 		clear(batch) // the frame holds the bytes now
 		// A deadline that cannot be set shows as a failed Write.
 		_ = conn.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
@@ -113,7 +120,11 @@ func (p *peer) run() {
 				p.t.cfg.Logf("cluster: node %d: write: %v", p.node, err)
 			}
 			p.closeConn()
+			p.counters.dropped.Add(n)
 			p.t.cfg.Unreachable(p.node)
+		} else {
+			p.counters.sent.Add(n)
+			p.counters.sentBytes.Add(uint64(len(buf)))
 		}
 		if cap(buf) > 4<<20 {
 			buf = nil

@@ -83,10 +83,11 @@ type Transport struct {
 	cfg Config
 	ln  net.Listener
 
-	mu      sync.Mutex
-	peers   map[uint64]*peer
-	inbound map[net.Conn]struct{}
-	closed  bool
+	mu       sync.Mutex
+	peers    map[uint64]*peer
+	counters map[uint64]*peerCounters // per peer, kept across a change of its address
+	inbound  map[net.Conn]struct{}
+	closed   bool
 
 	wg sync.WaitGroup
 }
@@ -97,7 +98,7 @@ func New(c Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, peers: map[uint64]*peer{}, inbound: map[net.Conn]struct{}{}}
+	t := &Transport{cfg: cfg, peers: map[uint64]*peer{}, counters: map[uint64]*peerCounters{}, inbound: map[net.Conn]struct{}{}}
 	if cfg.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -131,7 +132,12 @@ func (t *Transport) SetPeer(node uint64, addr string) {
 		}
 		p.stop()
 	}
-	p := newPeer(t, node, addr)
+	c := t.counters[node]
+	if c == nil {
+		c = new(peerCounters)
+		t.counters[node] = c
+	}
+	p := newPeer(t, node, addr, c)
 	t.peers[node] = p
 	t.wg.Add(1)
 	go p.run()
@@ -145,6 +151,7 @@ func (t *Transport) RemovePeer(node uint64) {
 		p.stop()
 		delete(t.peers, node)
 	}
+	delete(t.counters, node)
 }
 
 // Send queues envs for node and returns at once. It reports false when it dropped any of them

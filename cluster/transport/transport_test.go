@@ -363,3 +363,62 @@ func TestSendToUnknownPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerStats: what reaches a peer is counted as sent (messages and frame bytes) with the
+// connection up; what cannot reach a dead address is counted as dropped, with the failed
+// dials; a new address keeps a peer's counts, and RemovePeer forgets them.
+func TestPeerStats(t *testing.T) {
+	nodes := cluster(t, nil, 1, 2)
+	nodes[2].in.waitFor(t, "ten messages from 1", func() bool {
+		if len(nodes[2].in.from(1)) < 10 {
+			nodes[1].tr.Send(2, heartbeat(1, 1))
+		}
+		return len(nodes[2].in.from(1)) >= 10
+	})
+	// The writer counts a frame once its Write returned, which may be after the receiver
+	// has it: wait for the count to cover what arrived.
+	got := uint64(len(nodes[2].in.from(1)))
+	var st []PeerStats
+	nodes[2].in.waitFor(t, "the sent count to cover what arrived", func() bool {
+		st = nodes[1].tr.PeerStats()
+		return len(st) == 1 && st[0].Sent >= got
+	})
+	if st[0].Node != 2 || st[0].Addr != nodes[2].tr.Addr().String() || !st[0].Connected || st[0].SentBytes < st[0].Sent*frameHeaderSize {
+		t.Fatalf("stats %+v: want node 2 at %s, connected, %d or more sent in frames", st, nodes[2].tr.Addr(), got)
+	}
+
+	// A peer whose address nobody listens on: every message is dropped, every dial fails.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	nodes[1].tr.SetPeer(3, dead)
+	var s3 PeerStats
+	// The inbox's wait polls cond every few milliseconds: each turn sends one more, as
+	// raft's ticks would.
+	nodes[1].in.waitFor(t, "drops and failed dials towards a dead address", func() bool {
+		nodes[1].tr.Send(3, heartbeat(1, 2))
+		st = nodes[1].tr.PeerStats()
+		if len(st) != 2 || st[1].Node != 3 {
+			t.Fatalf("stats %+v: want nodes 2 and 3", st)
+		}
+		s3 = st[1]
+		return s3.Dropped >= 3 && s3.DialFailures >= 2
+	})
+	if s3.Connected || s3.Sent != 0 || s3.Addr != dead {
+		t.Fatalf("node 3 at a dead address: %+v", s3)
+	}
+
+	// Node 2 moves: the counts stay with it.
+	nodes[1].tr.SetPeer(2, dead)
+	if st := nodes[1].tr.PeerStats(); st[0].Node != 2 || st[0].Addr != dead || st[0].Sent < got {
+		t.Fatalf("after a new address: %+v", st[0])
+	}
+	nodes[1].tr.RemovePeer(3)
+	nodes[1].tr.SetPeer(3, dead)
+	if st := nodes[1].tr.PeerStats(); st[1].Node != 3 || st[1].Dropped != 0 || st[1].DialFailures != 0 {
+		t.Fatalf("a removed peer added again starts from zero: %+v", st[1])
+	}
+}

@@ -1,6 +1,7 @@
 // Package brokeraddr completes a broker address given on a command line: "localhost" means
-// "localhost:7450", the broker's default port, as kcat's -b adds Kafka's. lqcat and lqbench
-// use it; the Go client does not, so a program's address is always what it says.
+// "localhost:7450", the broker's default port, as kcat's -b adds Kafka's, and so does each
+// address of a comma-separated list (a cluster's brokers). lqcat and lqbench use it; the Go
+// client does not, so a program's address is always what it says.
 //
 // Its functions are safe for concurrent use.
 package brokeraddr
@@ -9,6 +10,19 @@ import (
 	"net"
 	"strings"
 )
+
+// ListWithDefaultPort is WithDefaultPort applied to each address of a comma-separated list
+// (spaces around the commas dropped), as the Go client's Dial takes a cluster's seeds.
+func ListWithDefaultPort(list string) string {
+	if !strings.Contains(list, ",") {
+		return WithDefaultPort(strings.TrimSpace(list))
+	}
+	parts := strings.Split(list, ",")
+	for i, a := range parts {
+		parts[i] = WithDefaultPort(strings.TrimSpace(a))
+	}
+	return strings.Join(parts, ",")
+}
 
 // DefaultPort is the port lightq listens on unless told otherwise (its default addr).
 const DefaultPort = "7450"

@@ -22,3 +22,17 @@ func TestWithDefaultPort(t *testing.T) {
 		}
 	}
 }
+
+func TestListWithDefaultPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"localhost":                       "localhost:7450",
+		"b1,b2:9000, [::1] ":              "b1:7450,b2:9000,[::1]:7450",
+		"10.0.0.1:7450,10.0.0.2,10.0.0.3": "10.0.0.1:7450,10.0.0.2:7450,10.0.0.3:7450",
+		"b1,,b2":                          "b1:7450,,b2:7450",
+		"":                                "",
+	} {
+		if got := ListWithDefaultPort(in); got != want {
+			t.Errorf("ListWithDefaultPort(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

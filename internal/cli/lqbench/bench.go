@@ -36,7 +36,7 @@ const sampleEvery = 16
 // Config describes one benchmark run.
 type Config struct {
 	Mode          string // "produce", "consume" or "e2e"
-	Broker        string
+	Broker        string // an address, or a comma-separated list of a cluster's (client.Dial)
 	User          string // the topic's credentials
 	Password      string
 	AdminUser     string // when set, the topic is created (an existing one is reused)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -455,6 +456,32 @@ func TestBrokerDefaultPort(t *testing.T) {
 	o := options{kind: "transient", acks: "written", codec: "none"}
 	if err := o.apply(&cfg, func(string) string { return "" }); err != nil || cfg.Broker != "localhost:7450" {
 		t.Errorf("-b localhost: %q, %v", cfg.Broker, err)
+	}
+	cfg = Config{Broker: "b1, b2:9000"}
+	if err := o.apply(&cfg, func(string) string { return "" }); err != nil || cfg.Broker != "b1:7450,b2:9000" {
+		t.Errorf("-b b1,b2:9000: %q, %v", cfg.Broker, err)
+	}
+}
+
+// TestMainBrokerList: -b takes a list of a cluster's brokers; one that refuses is passed
+// over, and a durable run's producers and consumers work through the first that answers.
+func TestMainBrokerList(t *testing.T) {
+	addr := startTestBroker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	var stdout, stderr bytes.Buffer
+	args := []string{"e2e", "-b", dead + "," + addr, "-t", "list", "--kind", "durable", "-n", "2", "-m", "2000", "-s", "64", "--json", "-q",
+		"--user", testUser, "--password", testPass, "--admin-password", testAdminPass, "--idle", "1s"}
+	if code := Main(runCtx(t), args, func(string) string { return "" }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &obj); err != nil || obj["messages"] != float64(2000) {
+		t.Fatalf("result %v (%v):\n%s", obj, err, stdout.String())
 	}
 }
 

@@ -40,6 +40,10 @@ topic is created first.
 nats bench's --msgs, --size, --pub and --sub work as -m, -s, --producers and --consumers;
 -n is the topic's partitions here, not a message count.
 
+-b takes one broker or a comma-separated list of a cluster's brokers: the client connects to
+the first that answers, learns from it which broker leads each partition, and sends each
+partition's batches and fetches to its leader (following the leader when it moves).
+
 TLS: --tls-ca FILE (or --tls alone, for the system's CAs) connects to the broker's TLS port
 (its tls-addr); --tls-cert/--tls-key add a client certificate.
 
@@ -49,6 +53,7 @@ Examples:
   lqbench produce -t events -n 4 --acks none -z s2
   lqbench e2e --kind durable --fsync always -X segment.bytes=64MiB --size 1KiB
   lqbench e2e -b broker.example.com:7451 --tls-ca ca.crt -s 1KiB
+  lqbench e2e -b b1:7450,b2:7450,b3:7450 --kind durable --fsync always -X replication.factor=3 -n 3
 
 Flags:
 `
@@ -142,7 +147,7 @@ func newFlags(cfg *Config, o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("lqbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	fs.StringVar(&cfg.Broker, "b", "", "broker host[:port] (default $LIGHTQ_BROKER or "+DefaultBroker+"; the port defaults to "+brokeraddr.DefaultPort+")")
+	fs.StringVar(&cfg.Broker, "b", "", "broker host[:port], or a comma-separated list of a cluster's brokers (default $LIGHTQ_BROKER or "+DefaultBroker+"; the port defaults to "+brokeraddr.DefaultPort+")")
 	fs.StringVar(&cfg.Topic, "t", "lqbench", "topic")
 	fs.IntVar(&cfg.Messages, "m", 1_000_000, "messages per producer")
 	fs.IntVar(&cfg.Messages, "msgs", 1_000_000, "the same as -m (nats bench's name)")
@@ -201,7 +206,7 @@ func (o *options) apply(cfg *Config, getenv func(string) string) error {
 		cfg.TLS = &t
 	}
 	orEnv(&cfg.Broker, "LIGHTQ_BROKER", DefaultBroker)
-	cfg.Broker = brokeraddr.WithDefaultPort(cfg.Broker)
+	cfg.Broker = brokeraddr.ListWithDefaultPort(cfg.Broker)
 	orEnv(&cfg.User, "LIGHTQ_USER", "lqbench")
 	orEnv(&cfg.Password, "LIGHTQ_PASSWORD", "lqbench-password")
 	orEnv(&cfg.AdminPassword, "LIGHTQ_ADMIN_PASSWORD", "")

@@ -28,15 +28,18 @@ const usage = `Usage:
   lqcat acl grant|revoke|list ...          users' roles on topics (lqcat acl --help)
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
   lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
+  lqcat cluster status [-t TOPIC] [-J]     replicated partitions: leaders, replicas, replica lag (lqcat cluster --help)
   lqcat cluster membership|add-broker|move|drain|remove-broker ...
-                                           a cluster's brokers and replicas (lqcat cluster --help)
+                                           a cluster's brokers, moves of replicas (lqcat cluster --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same
 letter and meaning.
 
 Connection and credentials:
-  -b HOST[:PORT]          broker (default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port
-                          defaults to ` + brokeraddr.DefaultPort + `)
+  -b HOST[:PORT][,...]    broker, or a comma-separated list of a cluster's brokers (the first
+                          that answers is used, and tells where each partition's leader is;
+                          default $LIGHTQ_BROKER or ` + DefaultBroker + `; the port defaults
+                          to ` + brokeraddr.DefaultPort + `)
   -X KEY=VALUE            kcat's client options: bootstrap.servers (or metadata.broker.list),
                           sasl.username, sasl.password, client.id, session.timeout.ms (a
                           group member's), socket.connection.setup.timeout.ms,
@@ -59,9 +62,9 @@ Connection and credentials:
   --admin-user U --admin-password P
                           an admin (default $LIGHTQ_ADMIN_USER or "admin", $LIGHTQ_ADMIN_PASSWORD)
   Produce, consume, -L, stats and group use the user when a password is given for it, else
-  the admin; topic create and delete, user and acl need an admin. Credentials on the command
-  line win over the environment: with --admin-user/--admin-password and no --user/--password,
-  $LIGHTQ_USER and $LIGHTQ_PASSWORD are ignored. Prefer the environment to flags
+  the admin; topic create and delete, user, acl and cluster need an admin. Credentials on the
+  command line win over the environment: with --admin-user/--admin-password and no
+  --user/--password, $LIGHTQ_USER and $LIGHTQ_PASSWORD are ignored. Prefer the environment to flags
   for passwords (flags show in ps). lqcat never prints a password. These flags, -J, -q, -v
   and -X may come before a subcommand too: lqcat -b HOST:PORT topic list.
 
@@ -130,7 +133,8 @@ JSON (-J): one object per line, the same for -C (output) and -P (input):
   offset, so -C -J | -P -J copies keys, values, headers, partitions and timestamps exactly.
 
 Other flags:
-  -J           JSON output for -L, topic list, stats, group, user list and acl list
+  -J           JSON output for -L, topic list, stats, group, user list, acl list and
+               cluster status
   -q           no warnings
   -v           say what was done (on stderr)
   -V           print the version (module, VCS revision and time, Go) and exit
@@ -187,7 +191,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	onceVar(fs, &c.broker, "b", "broker host:port (default $LIGHTQ_BROKER or "+DefaultBroker+")")
+	onceVar(fs, &c.broker, "b", "broker host:port, or a comma-separated list (default $LIGHTQ_BROKER or "+DefaultBroker+")")
 	onceVar(fs, &c.user, "user", "topic user (default $LIGHTQ_USER)")
 	onceVar(fs, &c.password, "password", "topic user's password (default $LIGHTQ_PASSWORD)")
 	onceVar(fs, &c.adminUser, "admin-user", "admin user (default $LIGHTQ_ADMIN_USER or admin)")
@@ -232,7 +236,7 @@ func (c *common) resolve(getenv func(string) string) error {
 		}
 	}
 	orEnv(&c.broker, "LIGHTQ_BROKER", DefaultBroker)
-	c.broker = brokeraddr.WithDefaultPort(c.broker)
+	c.broker = brokeraddr.ListWithDefaultPort(c.broker)
 	orEnv(&c.user, "LIGHTQ_USER", "")
 	orEnv(&c.password, "LIGHTQ_PASSWORD", "")
 	orEnv(&c.adminPassword, "LIGHTQ_ADMIN_PASSWORD", "")
@@ -421,6 +425,11 @@ const (
 
 // connect dials the broker and logs in with the credentials who names.
 func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, error) {
+	return r.connectTo(ctx, r.c.broker, who)
+}
+
+// connectTo is connect to the broker at addr (another broker of -b's cluster).
+func (r *runner) connectTo(ctx context.Context, addr string, who credentials) (*client.Conn, error) {
 	c := &r.c
 	admin := who == adminOnly
 	user, pass := c.user, c.password
@@ -439,7 +448,7 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 	if name == "" {
 		name = "lqcat"
 	}
-	conn, err := client.Dial(ctx, c.broker, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout, TLS: c.tls.options()})
+	conn, err := client.Dial(ctx, addr, client.Options{User: user, Password: pass, ClientName: name, DialTimeout: c.timeout, TLS: c.tls.options()})
 	if err == nil {
 		return conn, nil
 	}
@@ -447,16 +456,16 @@ func (r *runner) connect(ctx context.Context, who credentials) (*client.Conn, er
 	if errors.As(err, &we) && !errors.Is(err, client.ErrConnectionLost) {
 		switch we.Code {
 		case wire.CodeAuthFailed:
-			return nil, withCode(ExitAuth, fmt.Errorf("authentication failed for user %q at %s: wrong user or password", user, c.broker))
+			return nil, withCode(ExitAuth, fmt.Errorf("authentication failed for user %q at %s: wrong user or password", user, addr))
 		case wire.CodeTooManyAttempts:
-			return nil, withCode(ExitAuth, fmt.Errorf("%s refuses this login for a while (too many failed attempts): %s", c.broker, we.Message))
+			return nil, withCode(ExitAuth, fmt.Errorf("%s refuses this login for a while (too many failed attempts): %s", addr, we.Message))
 		}
-		return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %w", c.broker, err))
+		return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %w", addr, err))
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %s", c.broker, dialCause(err)))
+	return nil, withCode(ExitConnect, fmt.Errorf("cannot connect to %s: %s", addr, dialCause(err)))
 }
 
 // reqCtx bounds one administrative request.

@@ -1,6 +1,6 @@
 // Package lqcat is lqcat, netcat for LightQ: one command that produces (-P), consumes (-C),
-// lists metadata (-L) and administers topics, users and their roles, counters and consumer
-// groups. cmd/lqcat is a thin main around Main, which takes its arguments, environment,
+// lists metadata (-L) and administers topics, users and their roles, counters, consumer
+// groups, and shows a cluster's replicated partitions. cmd/lqcat is a thin main around Main, which takes its arguments, environment,
 // stdin, stdout and stderr as parameters so that tests drive it in-process against a real
 // broker.
 //
@@ -72,6 +72,16 @@
 // describe" (DESCRIBE_GROUP) a group's members, their partitions, the committed offsets and
 // the lag, and "group reset" commits new offsets, refused while the group has members.
 //
+// # Clusters
+//
+// "cluster status" shows the replicated partitions with their leaders and each replica's
+// lag. A broker answers CLUSTER_STATUS from its own replicas and asks nobody, and only a
+// partition's leader knows the other replicas' progress: so lqcat asks the broker of -b for
+// the cluster's brokers (METADATA with the cluster flag), then every broker at once, and
+// shows each partition as its leader answered (client.MergeClusterStatus). A broker it
+// cannot ask is listed, and the partitions it leads show a follower's view; the exit code
+// is then 1. It is a subcommand of its own, beside -L, so that -L's output stays as it is.
+//
 // # Exit codes
 //
 // 0 ok; 1 failure, or some messages not acknowledged (-P) or batches skipped because they
@@ -97,6 +107,7 @@
 // format.go (escapes, -f, JSON),
 // meta.go (-L), topic.go (topic create/delete/list, the create flags as topic options),
 // stats.go (stats), group.go (group describe/reset/list), users.go (user and acl),
+// cluster.go (cluster status),
 // password.go (a new password from the terminal or stdin), errors.go (exit codes), xopts.go
 // (-X client options, flags that may be given once).
 package lqcat

@@ -360,8 +360,8 @@ func TestGroups(t *testing.T) {
 	// -L shows the group's position and lag.
 	e.ok("", "-C", "-t", "g", "-G", "billing", "-c", "1", "-p", "0")
 	list := strings.ReplaceAll(e.ok("", "-L", "-G", "billing"), e.addr, "ADDR")
-	if !strings.Contains(list, `partition 0: offsets 0..3 (3 messages), group "billing" at 1, lag 2`) ||
-		!strings.Contains(list, `partition 1: offsets 0..1 (1 message), group "billing" at 0, lag 1`) {
+	if !strings.Contains(list, `partition 0: leader 1, replicas 1, offsets 0..3 (3 messages), group "billing" at 1, lag 2`) ||
+		!strings.Contains(list, `partition 1: leader 1, replicas 1, offsets 0..1 (1 message), group "billing" at 0, lag 1`) {
 		t.Errorf("-L -G:\n%s", list)
 	}
 }
@@ -382,6 +382,16 @@ func TestMetadataTopicsStats(t *testing.T) {
 	golden(t, "list.golden", mask(e.ok("", "-L"), e.addr, version))
 	golden(t, "list-json.golden", mask(e.ok("", "-L", "-J", "-t", "events"), e.addr, version))
 	golden(t, "topic-list.golden", e.ok("", "topic", "list"))
+	// -b takes a comma-separated list, as kcat's: a broker that refuses is passed over.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	if got, want := e.ok("", "-b", dead+", "+e.addr, "-L"), e.ok("", "-L"); got != want {
+		t.Errorf("lqcat -b DEAD,ADDR -L:\n%s\nwant:\n%s", got, want)
+	}
 	// kcat users put -b first: common flags before the subcommand work too.
 	if got, want := e.ok("", "-b", e.addr, "-q", "topic", "list"), e.ok("", "topic", "list"); got != want {
 		t.Errorf("lqcat -b ADDR -q topic list:\n%s\nwant:\n%s", got, want)

@@ -123,6 +123,18 @@ func hint(err error) string {
 // dialCause shortens a dial error to its cause: "connect: connection refused". Other errors
 // (a TLS handshake's, which say what to do about them) stay whole.
 func dialCause(err error) string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok { // every broker of a -b list failed
+		var causes []string
+		for _, e := range j.Unwrap() {
+			var oe *net.OpError
+			if errors.As(e, &oe) && oe.Addr != nil {
+				causes = append(causes, oe.Addr.String()+": "+dialCause(e))
+			} else {
+				causes = append(causes, dialCause(e))
+			}
+		}
+		return strings.Join(causes, "; ")
+	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" && oe.Err != nil {
 		return oe.Err.Error()

@@ -22,7 +22,7 @@ const membershipHelp = `Usage:
   lqcat cluster remove-broker ID [--no-drain] [--wait-timeout D]
 
 The brokers of a cluster and where the replicas of its partitions are (PROTOCOL.md section
-16.1). Every one of these commands needs the admin's credentials and may go to any broker of
+16.2). Every one of these commands needs the admin's credentials and may go to any broker of
 the cluster (-b); remove-broker to another broker than the one removed.
 
   membership     the brokers (state, membership of the metadata group, addresses, how many
@@ -55,15 +55,8 @@ Examples:
   lqcat cluster remove-broker 1 -b 10.0.0.2:7450
 `
 
-// clusterCmd is lqcat cluster: the membership commands.
-func (r *runner) clusterCmd(ctx context.Context, args []string) error {
-	if err := r.subcommandHelp(args, membershipHelp, "cluster: say membership, add-broker, move, drain or remove-broker"); err != nil {
-		return err
-	}
-	return r.membershipCmd(ctx, args[0], args[1:])
-}
-
-// membershipSubs are the subcommands of lqcat cluster that membershipCmd runs.
+// membershipSubs are the subcommands of lqcat cluster that membershipCmd runs (clusterCmd,
+// cluster.go, hands them over; it runs cluster status itself).
 var membershipSubs = []string{"membership", "add-broker", "move", "drain", "remove-broker"}
 
 // membershipCmd runs one membership subcommand of lqcat cluster with its arguments.
@@ -199,7 +192,7 @@ func (r *runner) membershipCmd(ctx context.Context, sub string, args []string) e
 			return nil
 		})
 	}
-	return usageErr("cluster %q: want %s", sub, strings.Join(membershipSubs, ", "))
+	return usageErr("cluster %q: want status, %s", sub, strings.Join(membershipSubs, ", "))
 }
 
 // clusterDo connects as the admin and runs f; f bounds each request (reqCtx) and each wait
@@ -393,9 +386,9 @@ func (r *runner) membershipView(ctx context.Context, topic string, moving bool) 
 	for _, p := range st.Partitions {
 		leader, voters, learners := "-", "-", "-"
 		if p.Held {
-			leader, voters, learners = nodeOrNone(p.Leader), nodeList(p.Voters), nodeList(p.Learners)
+			leader, voters, learners = nodeOrNone(p.Leader), memberNodes(p.Voters), memberNodes(p.Learners)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, nodeList(p.Replicas), nodeList(p.Previous), leader, voters, learners)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, memberNodes(p.Replicas), memberNodes(p.Previous), leader, voters, learners)
 	}
 	return tw.Flush()
 }
@@ -407,7 +400,7 @@ func orEmpty(ids []uint32) []uint32 {
 	return ids
 }
 
-func nodeList(ids []uint32) string {
+func memberNodes(ids []uint32) string {
 	if len(ids) == 0 {
 		return "-"
 	}

@@ -63,8 +63,8 @@ type clientOption struct {
 // Each sets the same thing as its flag; a flag given as well must agree (see setOnce).
 // The TLS properties (security.protocol, ssl.*) are added from tls.go.
 var clientOptions = map[string]clientOption{
-	"bootstrap.servers":    {"broker host:port (-b)", func(c *common, v string) error { return setOnce(&c.broker, v, "-b") }},
-	"metadata.broker.list": {"broker host:port (-b)", func(c *common, v string) error { return setOnce(&c.broker, v, "-b") }},
+	"bootstrap.servers":    {"broker host:port, or a comma-separated list (-b)", func(c *common, v string) error { return setOnce(&c.broker, v, "-b") }},
+	"metadata.broker.list": {"broker host:port, or a comma-separated list (-b)", func(c *common, v string) error { return setOnce(&c.broker, v, "-b") }},
 	"sasl.username":        {"topic user (--user)", func(c *common, v string) error { return setOnce(&c.user, v, "--user") }},
 	"sasl.password":        {"topic user's password (--password)", func(c *common, v string) error { return setOnce(&c.password, v, "--password") }},
 	"client.id":            {"client name the broker logs", func(c *common, v string) error { return setOnce(&c.clientName, v, "client.id") }},
