@@ -87,6 +87,11 @@ func (s *Server) startCluster() error {
 	}
 	n.meta = store
 	n.router.Add(cmeta.Group, store.Replica())
+	select { // the metadata this broker had: its topics are served from the start
+	case <-store.Replayed():
+	case <-time.After(metaTimeout):
+		n.log.Warn().Dur("waited", metaTimeout).Msg("the metadata replica has not replayed its log yet; starting with what it applied")
+	}
 	s.cluster = n
 	s.pids.inCluster(s.nodeID())
 	watch := store.Watch()

@@ -172,6 +172,9 @@ func TestClusterReplicatedTopic(t *testing.T) {
 	// The old leader comes back: it rebuilds the topic from its metadata replica and its
 	// replica catches up, to the same bytes as the leader's.
 	tc.brokers[li] = startWith(t, tc.cfgs[li])
+	if (*tc.brokers[li].topics.Load())["orders"] == nil {
+		t.Fatal("the restarted broker started serving before it replayed its metadata: no topic orders")
+	}
 	tc.wire()
 	lead := (*tc.brokers[nl].topics.Load())["orders"].parts[0].dlog()
 	back := func() *durablePart {

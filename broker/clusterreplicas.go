@@ -33,13 +33,15 @@ func (n *clusterNode) syncReplicas(t *topic, ct *cmeta.Topic) {
 			rs := a.Replicas
 			rp.replicas.Store(&rs)
 		}
-		want, held := holds(a.Holders(), n.id), rp.part.Load() != nil
+		want, held, broken := holds(a.Holders(), n.id), rp.part.Load() != nil, rp.broken.Load()
 		switch {
-		case want && !held:
+		case want && !held && !broken: // a replica that could not be opened stays for repair
 			n.log.Info().Str("topic", t.name).Uint32("partition", p.id).Uint64("group", a.Group).Msg("this broker gained a replica of the partition: joining its group")
 			n.openReplica(t, p, a)
 		case !want && held:
 			n.closeReplica(t, p)
+		case !want && broken:
+			rp.broken.Store(false) // moved off this broker: it is no longer this broker's to repair
 		}
 	}
 }
@@ -55,6 +57,7 @@ func (n *clusterNode) openReplica(t *topic, p *partition, a cmeta.Partition) {
 	close(d.done) // no syncer: the replica fsyncs per its policy
 	if ct.shapeErr != nil {
 		d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, ct.shapeErr)
+		p.repl.broken.Store(true)
 		p.dl.Store(d)
 		return
 	}
@@ -73,12 +76,14 @@ func (n *clusterNode) openReplica(t *topic, p *partition, a cmeta.Partition) {
 	part, err := cpart.Open(cfg)
 	if err != nil {
 		d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, err)
+		p.repl.broken.Store(true)
 		p.dl.Store(d)
 		n.log.Error().Err(err).Str("topic", t.name).Uint32("partition", p.id).Msg("replica cannot be opened; its data is left untouched for repair")
 		return
 	}
 	d.log, d.repl = part.Log(), part
 	p.dl.Store(d)
+	p.repl.broken.Store(false)
 	p.repl.part.Store(part)
 	n.router.Add(a.Group, part.Replica())
 }
@@ -90,6 +95,7 @@ func (n *clusterNode) closeReplica(t *topic, p *partition) {
 	rp := p.repl
 	part := rp.part.Load()
 	rp.part.Store(nil)
+	rp.broken.Store(false)
 	n.router.Remove(rp.group)
 	p.wakeAll() // waiting FETCHes find no replica and are answered NOT_LEADER
 	if err := part.Close(); err != nil {

@@ -22,6 +22,9 @@ type replPart struct {
 	group    uint64
 	replicas atomic.Pointer[[]uint64]
 	part     atomic.Pointer[cpart.Partition]
+	// broken: a replica is placed here but could not be opened, so the leader is not known
+	// here (METADATA names none rather than guess).
+	broken atomic.Bool
 }
 
 func newReplPart(group uint64, replicas []uint64) *replPart {
@@ -36,7 +39,7 @@ func (rp *replPart) leader() uint64 {
 	if part := rp.part.Load(); part != nil {
 		return part.Replica().Status().Leader
 	}
-	if rs := *rp.replicas.Load(); len(rs) > 0 {
+	if rs := *rp.replicas.Load(); len(rs) > 0 && !rp.broken.Load() {
 		return rs[0]
 	}
 	return 0

@@ -91,6 +91,12 @@ type Store struct {
 	sinceSnap int
 	scratch   []byte
 
+	// replayed is closed once the replica applied what its log had committed at Open
+	// (replayTo): until then State lags what this broker knew when it stopped.
+	replayed     chan struct{}
+	replayTo     uint64
+	replayedOnce sync.Once
+
 	snapshots atomic.Int64 // snapshots taken here
 	installed atomic.Int64 // snapshots installed from the leader
 }
@@ -152,9 +158,17 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.state.Store(st)
+	s.replayed = make(chan struct{})
+	if hs, _, err := rl.InitialState(); err == nil && hs.Commit > applied {
+		s.replayTo = hs.Commit
+	} else {
+		close(s.replayed)
+		s.replayedOnce.Do(func() {})
+	}
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
+		Advanced:         s.advanced,
 		ForwardProposals: true, Join: cfg.Join, LostCommit: rl.LostCommit(), Logger: raftLogger{logf},
 	})
 	if err != nil {
@@ -163,6 +177,19 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.rep = rep
 	return s, nil
+}
+
+// Replayed is closed once this member has applied every entry its log had committed when it
+// opened (at once for a new or fully applied one): a broker waits for it before it serves,
+// so that a restart does not answer for a while as if the cluster had no topics.
+func (s *Store) Replayed() <-chan struct{} { return s.replayed }
+
+// advanced is the replica's Advanced callback: it closes replayed once applied reaches
+// replayTo.
+func (s *Store) advanced(st replica.Status) {
+	if st.Applied >= s.replayTo {
+		s.replayedOnce.Do(func() { close(s.replayed) })
+	}
 }
 
 // State is the current state: immutable, safe to keep and read from any goroutine.

@@ -242,6 +242,19 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	p.st = &storage{Storage: s, p: p}
 	commit, err := p.rebuild()
+	for cuts := 0; err != nil && cuts < 8; cuts++ {
+		// A damaged batch (a flipped bit in a sealed segment, which the log's Open does not
+		// read): cut the log there and let the peers bring the rest back, as for a damaged
+		// active segment (log.Options.CutDamage).
+		var ce *raftlog.CorruptEntryError
+		if !errors.As(err, &ce) {
+			break
+		}
+		p.logf("entry %d is damaged (%v): cutting the log there; the other replicas bring it back", ce.Index, ce)
+		if err = s.CutDamaged(ce.Index); err == nil {
+			commit, err = p.rebuild()
+		}
+	}
 	if err != nil {
 		s.Close()
 		return nil, err

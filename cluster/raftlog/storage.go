@@ -243,6 +243,43 @@ func (s *Storage) recover() error {
 	return nil
 }
 
+// CorruptEntryError is an entry whose stored batch is damaged (errors.Is ErrCorrupt): its
+// index and offset say where a replica may cut its log (CutDamaged) and get the rest again
+// from its peers.
+type CorruptEntryError struct {
+	Index  uint64
+	Offset int64
+	Path   string
+	Reason string
+}
+
+func (e *CorruptEntryError) Error() string {
+	return fmt.Sprintf("%v: %s: batch at offset %d (entry %d): %s", ErrCorrupt, e.Path, e.Offset, e.Index, e.Reason)
+}
+
+func (e *CorruptEntryError) Unwrap() error { return ErrCorrupt }
+
+// CutDamaged cuts the log at entry i, committed or not, because its batch is damaged: this
+// replica loses entries it had acknowledged, which LostCommit reports from then on (its
+// commit index is lowered to the log's end in memory, as Open does for a short log), and
+// its peers bring them back. Call it before the replica starts. i must be after the
+// snapshot.
+func (s *Storage) CutDamaged(i uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i <= s.st.SnapIndex || i > s.last {
+		return fmt.Errorf("raftlog %s: cannot cut at entry %d: the log holds entries %d-%d after its snapshot", s.dir, i, s.st.SnapIndex+1, s.last)
+	}
+	if err := s.truncateFrom(i); err != nil {
+		return err
+	}
+	if hs := &s.st.HardState; hs.Commit > s.last {
+		s.lostCommit = max(s.lostCommit, hs.Commit)
+		hs.Commit = s.last
+	}
+	return nil
+}
+
 // LostCommit is the commit index this replica had recorded before Open found its log ending
 // below it, 0 when the log holds everything it committed. Such a replica acknowledged
 // entries it lost: it must not vote until it holds them again (replica.Config.LostCommit),
@@ -443,7 +480,7 @@ func (s *Storage) fail(err error) error {
 func decodeEntry(b []byte, index uint64, off int64, maxBatch int, path string) (raftpb.Entry, int64, error) {
 	bt, err := wire.ParseBatch(b, maxBatch)
 	bad := func(format string, args ...any) (raftpb.Entry, int64, error) {
-		return raftpb.Entry{}, 0, fmt.Errorf("%w: %s: batch at offset %d (entry %d): %s", ErrCorrupt, path, off, index, fmt.Sprintf(format, args...))
+		return raftpb.Entry{}, 0, &CorruptEntryError{Index: index, Offset: off, Path: path, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case err != nil:
