@@ -120,9 +120,14 @@ func TestClusterMoveReplicas(t *testing.T) {
 	if _, err := os.Stat(partitionDir(tc.cfgs[0].DataDir, "orders", 0)); !os.IsNotExist(err) {
 		t.Errorf("broker 1's replica directory is still there: %v", err)
 	}
-	st := tc.membership(3, wire.Membership{Topic: "orders"})
-	cp := st.Partitions[0]
-	if len(cp.Previous) != 0 || !cp.Held || !slices.Equal(sorted32(cp.Voters), []uint32{2, 3, 4}) || len(cp.Learners) != 0 {
+	// Broker 4's replica applies the group's last change (broker 1 removed) on its own
+	// schedule: the metadata may have the end of the move first.
+	var cp wire.MemberPartition
+	waitUntil(t, "broker 4's replica sees the voters 2, 3, 4", func() bool {
+		cp = tc.membership(3, wire.Membership{Topic: "orders"}).Partitions[0]
+		return slices.Equal(sorted32(cp.Voters), []uint32{2, 3, 4})
+	})
+	if len(cp.Previous) != 0 || !cp.Held || len(cp.Learners) != 0 {
 		t.Fatalf("broker 4's view after the move: %+v", cp)
 	}
 	if li := tc.leading("orders", 0); li == 0 {
@@ -257,8 +262,12 @@ func TestClusterRemoveDeadBroker(t *testing.T) {
 			return len(tc.brokers[i].cluster.meta.State().Brokers()) == 3 && len(tc.brokers[i].cluster.meta.Members().Voters) == 3
 		})
 	}
-	st := tc.membership(3, wire.Membership{Topic: "orders"}).Partitions[0]
-	if !slices.Equal(sorted32(st.Replicas), []uint32{1, 2, 4}) || !slices.Equal(sorted32(st.Voters), []uint32{1, 2, 4}) {
+	var st wire.MemberPartition
+	waitUntil(t, "broker 4's replica sees the voters 1, 2, 4", func() bool {
+		st = tc.membership(3, wire.Membership{Topic: "orders"}).Partitions[0]
+		return slices.Equal(sorted32(st.Voters), []uint32{1, 2, 4})
+	})
+	if !slices.Equal(sorted32(st.Replicas), []uint32{1, 2, 4}) {
 		t.Fatalf("after removing broker 3: %+v", st)
 	}
 	checkExactlyOnce(t, acked, tc.values("orders", 0))
