@@ -78,6 +78,9 @@ var opNeeds = [256]need{
 	wire.OpJoinGroup: needConsume, wire.OpHeartbeat: needConsume, wire.OpLeaveGroup: needConsume,
 	wire.OpGroupCommit: needConsume, wire.OpDescribeGroup: needConsume, wire.OpListGroups: needConsume,
 
+	// FIND_COORDINATOR names a broker, nothing of a topic.
+	wire.OpFindCoordinator: needLogin,
+
 	// Only ever the connection's own subscriptions.
 	wire.OpUnsubscribe: needLogin, wire.OpCredit: needLogin,
 }

@@ -495,6 +495,17 @@ var authzOps = []authzOp{
 		code, _ := request(t, c, wire.OpDescribeGroup, m.AppendTo(nil))
 		return code
 	}},
+	{"FIND_COORDINATOR", wire.OpFindCoordinator, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
+		m := wire.FindCoordinator{Group: "g"}
+		code, body := request(t, c, wire.OpFindCoordinator, m.AppendTo(nil))
+		if code == 0 {
+			var resp wire.FindCoordinatorResponse
+			if err := resp.Decode(body); err != nil || resp.Coordinator != e.srv.nodeID() || resp.Node != resp.Coordinator || resp.Addr != "" {
+				t.Errorf("FIND_COORDINATOR without a cluster: %+v, %v", resp, err)
+			}
+		}
+		return code
+	}},
 	{"CREATE_USER", wire.OpCreateUser, func(t *testing.T, e *authzEnv, c *rawClient, who string) wire.Code {
 		name := "u-" + slug(who)
 		m := wire.UserPassword{User: name, Password: "pw"}
@@ -650,6 +661,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"LIST_GROUPS named": consume,
 		"LIST_GROUPS all":   listAll,
 		"DESCRIBE_GROUP":    consume,
+		"FIND_COORDINATOR":  listAll, // a login is enough: it names a broker, nothing of a topic
 		"CREATE_USER":       adminOnly,
 		"DELETE_USER":       adminOnly,
 		"SET_PASSWORD":      adminOnly,

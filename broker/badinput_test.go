@@ -417,6 +417,10 @@ func TestBadInputRequests(t *testing.T) {
 			m := wire.FetchCommitted{Group: "\xff\xfe", Topic: "two"}
 			return m.AppendTo(nil)
 		}()), code: wire.CodeInvalidRequest, msg: "UTF-8"},
+		badCase{name: "FIND_COORDINATOR empty group", st: stAdmin, send: send(wire.OpFindCoordinator, 806, func() []byte {
+			m := wire.FindCoordinator{}
+			return m.AppendTo(nil)
+		}()), code: wire.CodeInvalidRequest, msg: "group name"},
 	)
 	runBadCases(t, srv.Addr(), p, cases)
 

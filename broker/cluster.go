@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -37,6 +38,12 @@ type clusterNode struct {
 	cond    *sync.Cond
 	applied uint64 // the metadata index the topic table reflects
 
+	// offsets is the cluster's offsets topic as served here (coordinator.go); nil until the
+	// metadata has it. Written by reconcile, read anywhere.
+	offsets atomic.Pointer[offsetsTable]
+	purge   chan struct{} // cap 1: purge the offsets of deleted topics (purgeOffsets)
+	purging purgeSet
+
 	// peers are the cluster addresses syncPeers gave the transport, by node (the node
 	// goroutine's).
 	peers map[uint64]string
@@ -56,7 +63,8 @@ func metaDir(dataDir string) string { return filepath.Join(dataDir, "cluster", "
 func (s *Server) startCluster() error {
 	cc := &s.cfg.Cluster
 	n := &clusterNode{srv: s, id: uint64(s.nodeID()), router: replica.NewRouter(), peers: map[uint64]string{},
-		log: s.log.With().Str("component", "cluster").Logger(), stop: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
+		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
 	n.cond = sync.NewCond(&n.mu)
 	listen := cc.Listen
 	if listen == "" {
@@ -109,8 +117,9 @@ func (s *Server) startCluster() error {
 	return nil
 }
 
-// run reconciles the topic table with the metadata whenever it changes. watch was taken
-// before the last reconcile, so that no change falls between the two.
+// run reconciles the topic table with the metadata whenever it changes, and purges the
+// committed offsets of deleted topics. watch was taken before the last reconcile, so that no
+// change falls between the two.
 func (n *clusterNode) run(watch <-chan struct{}) {
 	defer close(n.done)
 	for {
@@ -120,23 +129,31 @@ func (n *clusterNode) run(watch <-chan struct{}) {
 		case <-watch:
 			watch = n.meta.Watch()
 			n.reconcile()
+			n.purgeOffsets()
+		case <-n.purge:
+			n.purgeOffsets()
 		}
 	}
 }
 
 // runAnnounce announces this broker's addresses until the metadata has them (a broker that
-// joins: once it is added). Its own goroutine: a proposal waits for the metadata's leader.
+// joins: once it is added), then sees that the offsets topic exists. Its own goroutine: a
+// proposal waits for the metadata's leader.
 func (n *clusterNode) runAnnounce() {
 	defer close(n.announced)
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	announced := false
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-retry.C:
 		}
-		if n.announce() {
+		if !announced {
+			announced = n.announce()
+		}
+		if announced && n.ensureOffsetsTopic() {
 			return
 		}
 		retry.Reset(500 * time.Millisecond)
@@ -210,13 +227,14 @@ func (n *clusterNode) setApplied(index uint64) {
 	n.mu.Unlock()
 }
 
-// close stops reconciling, the replicas' transport and the metadata group. The partitions'
+// close stops reconciling, the offsets replicas and the metadata group. The partitions'
 // replicas are closed with their topics (Server.closeTopics).
 func (n *clusterNode) close() {
 	close(n.stop)
 	<-n.done
 	<-n.announced
 	<-n.mover.done
+	n.closeOffsets()
 	if err := n.meta.Close(); err != nil {
 		n.log.Warn().Err(err).Msg("closing the cluster metadata")
 	}

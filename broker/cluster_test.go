@@ -16,19 +16,19 @@ import (
 // picked: each cluster port listens on 127.0.0.1:0, and once all are up every broker is told
 // where the others are (transport.SetPeer), as cluster-peers would have said.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	mu      sync.Mutex // guards brokers and cfgs while producers run (they read brokers)
 	brokers []*Server
 	cfgs    []Config
 }
 
-func startCluster(t *testing.T, n int) *testCluster {
+func startCluster(t testing.TB, n int) *testCluster {
 	t.Helper()
 	return startClusterWith(t, n, nil)
 }
 
 // startClusterWith is startCluster with each broker's Config changed by mutate (may be nil).
-func startClusterWith(t *testing.T, n int, mutate func(*Config)) *testCluster {
+func startClusterWith(t testing.TB, n int, mutate func(*Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t}
 	peers := map[uint64]string{}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lightq/lightq/wire"
 )
 
 // ClusterConfig makes the broker a member of a cluster (PROTOCOL.md section 16): it holds
@@ -32,6 +34,11 @@ type ClusterConfig struct {
 	// the members it can reach and itself. Ignored once the data directory holds the
 	// cluster's metadata (a restart).
 	Join bool
+	// OffsetsPartitions is how many partitions the cluster's offsets topic gets when this
+	// broker creates it (the first metadata leader with enough brokers does; the count is
+	// the cluster's from then on): each is a Raft group coordinating the consumer groups that
+	// hash to it (PROTOCOL.md section 16). Default 8.
+	OffsetsPartitions int
 }
 
 // Enabled reports whether cluster settings are given.
@@ -73,6 +80,9 @@ func (c *ClusterConfig) validate(nodeID uint32) error {
 	}
 	if _, ok := c.Peers[uint64(nodeID)]; !ok || nodeID == 0 {
 		return fmt.Errorf("cluster peers %s do not list this broker's node id %d", c.describePeers(), nodeID)
+	}
+	if c.OffsetsPartitions < 0 || c.OffsetsPartitions > wire.MaxPartitions {
+		return fmt.Errorf("cluster offsets partitions %d: want 1-%d (0: the default, %d)", c.OffsetsPartitions, wire.MaxPartitions, defaultOffsetsPartitions)
 	}
 	if len(c.Secret) < 16 {
 		return fmt.Errorf("the cluster secret has %d bytes; want at least 16, the same on every broker", len(c.Secret))

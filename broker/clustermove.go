@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	cmeta "github.com/lightq/lightq/cluster/meta"
-	cpart "github.com/lightq/lightq/cluster/partition"
 	"github.com/lightq/lightq/cluster/replica"
 )
 
@@ -30,6 +29,10 @@ import (
 //  4. when the group's voters are the new replicas and it has no learners, the leader
 //     proposes cmeta.FinishMove: every broker then stops counting the old replicas, and those
 //     that held one close it and remove its data (clusterreplicas.go).
+//
+// It reads the group's membership and each member's replication from raft's progress on the
+// leader (replica.Progress: voters and learners). It proposes single-node changes only, so
+// the group never enters joint consensus.
 //
 // Every broker runs a mover, and each acts on the moving partitions whose replica here leads,
 // so a leader change in the middle of a move (or a restart of every broker) only hands the
@@ -94,23 +97,30 @@ func (m *mover) run() {
 }
 
 // step takes the next step of every move whose partition this broker leads, and reports
-// whether any partition is moving.
+// whether any partition is moving. The partitions of the offsets topic (coordinator.go) move
+// the same way as a topic's.
 func (m *mover) step() bool {
 	st := m.n.meta.State()
 	moving := st.Moving()
 	topics := *m.n.srv.topics.Load()
+	offsets := m.n.offsets.Load()
 	live := map[uint64]bool{}
 	for _, a := range moving {
 		live[a.Group] = true
-		t := topics[a.Topic]
-		if t == nil || t.cluster == nil || a.Partition >= len(t.parts) || t.parts[a.Partition].repl == nil || t.parts[a.Partition].repl.group != a.Group {
-			continue // not built here yet
+		var rep *replica.Replica
+		if a.Topic == offsetsTopicName {
+			if offsets != nil && a.Partition < len(offsets.parts) && offsets.parts[a.Partition].group == a.Group && offsets.parts[a.Partition].store != nil {
+				rep = offsets.parts[a.Partition].store.Replica()
+			}
+		} else if t := topics[a.Topic]; t != nil && t.cluster != nil && a.Partition < len(t.parts) && t.parts[a.Partition].repl != nil && t.parts[a.Partition].repl.group == a.Group {
+			if part := t.parts[a.Partition].repl.part.Load(); part != nil {
+				rep = part.Replica()
+			}
 		}
-		part := t.parts[a.Partition].repl.part.Load()
-		if part == nil || !part.Replica().Status().IsLeader {
-			continue
+		if rep == nil || !rep.Status().IsLeader {
+			continue // not held here (yet), or led elsewhere
 		}
-		m.drive(a, part)
+		m.drive(a, rep)
 		select {
 		case <-m.n.stop:
 			return true
@@ -125,25 +135,53 @@ func (m *mover) step() bool {
 	return len(moving) > 0
 }
 
+// groupView is a group's membership and replication as its leader sees them (raft's
+// progress of every member).
+type groupView struct {
+	commit           uint64
+	voters, learners []uint64
+	progress         []replica.Progress
+}
+
+func viewOf(rep *replica.Replica) (groupView, bool) {
+	st := rep.Status()
+	prs := rep.Progress()
+	if !st.IsLeader || prs == nil {
+		return groupView{}, false
+	}
+	v := groupView{commit: st.Commit, progress: prs}
+	for _, pr := range prs {
+		if pr.Voter {
+			v.voters = append(v.voters, pr.ID)
+		} else {
+			v.learners = append(v.learners, pr.ID)
+		}
+	}
+	slices.Sort(v.voters)
+	slices.Sort(v.learners)
+	return v, true
+}
+
 // drive takes the next step of one move on the partition's leader.
-func (m *mover) drive(a cmeta.Assignment, part *cpart.Partition) {
-	ps := part.Status()
-	if !ps.IsLeader {
+func (m *mover) drive(a cmeta.Assignment, rep *replica.Replica) {
+	ps, ok := viewOf(rep)
+	if !ok {
 		return
 	}
-	if p, ok := m.pending[a.Group]; ok && slices.Equal(p.voters, ps.Voters) && slices.Equal(p.learners, ps.Learners) && time.Since(p.at) < moveRetry {
+	if p, ok := m.pending[a.Group]; ok && slices.Equal(p.voters, ps.voters) && slices.Equal(p.learners, ps.learners) && time.Since(p.at) < moveRetry {
 		return // the last step is not applied yet
 	}
 	delete(m.pending, a.Group)
 	log := m.n.log.With().Str("topic", a.Topic).Int("partition", a.Partition).Uint64("group", a.Group).Logger()
 	target := a.Replicas
-	propose := func(what string, cc raftpb.ConfChangeV2) {
-		m.pending[a.Group] = pendingStep{voters: ps.Voters, learners: ps.Learners, at: time.Now()}
-		err := part.Replica().ProposeConfChange(cc)
+	mark := func() { m.pending[a.Group] = pendingStep{voters: ps.voters, learners: ps.learners, at: time.Now()} }
+	propose := func(what string, typ raftpb.ConfChangeType, node uint64) {
+		mark()
+		err := rep.ProposeConfChange(raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: typ, NodeID: node}}})
 		var nl *replica.NotLeaderError
 		switch {
 		case err == nil:
-			log.Info().Uints64("voters", ps.Voters).Uints64("learners", ps.Learners).Uints64("target", target).Msg("moving the partition: " + what)
+			log.Info().Uints64("voters", ps.voters).Uints64("learners", ps.learners).Uints64("target", target).Msg("moving the partition: " + what)
 		case errors.As(err, &nl), errors.Is(err, replica.ErrBusy), errors.Is(err, replica.ErrStopped):
 			delete(m.pending, a.Group) // not taken: the next turn sees who leads
 		default:
@@ -151,29 +189,20 @@ func (m *mover) drive(a cmeta.Assignment, part *cpart.Partition) {
 			log.Warn().Err(err).Msg("moving the partition: " + what)
 		}
 	}
-	single := func(typ raftpb.ConfChangeType, node uint64) raftpb.ConfChangeV2 {
-		return raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: typ, NodeID: node}}}
-	}
-	if len(ps.Outgoing) > 0 {
-		// Joint consensus (never entered by this mover, but a membership a tool left so):
-		// an empty change leaves it.
-		propose("leaving a joint configuration", raftpb.ConfChangeV2{})
-		return
-	}
 	// 1: every new replica a learner (they catch up side by side), 2: promoted once caught
 	// up; nothing leaves before every new replica is a voter.
 	for _, id := range target {
-		if !slices.Contains(ps.Voters, id) && !slices.Contains(ps.Learners, id) {
-			propose("adding node "+itoa(id)+" as a learner", single(raftpb.ConfChangeAddLearnerNode, id))
+		if !slices.Contains(ps.voters, id) && !slices.Contains(ps.learners, id) {
+			propose("adding node "+itoa(id)+" as a learner", raftpb.ConfChangeAddLearnerNode, id)
 			return
 		}
 	}
 	waiting := false
 	for _, id := range target {
 		switch {
-		case slices.Contains(ps.Voters, id):
-		case caughtUp(ps, id):
-			propose("promoting node "+itoa(id)+" to voter (caught up)", single(raftpb.ConfChangeAddNode, id))
+		case slices.Contains(ps.voters, id):
+		case ps.caughtUp(id):
+			propose("promoting node "+itoa(id)+" to voter (caught up)", raftpb.ConfChangeAddNode, id)
 			return
 		default:
 			waiting = true // a learner still catching up
@@ -183,30 +212,30 @@ func (m *mover) drive(a cmeta.Assignment, part *cpart.Partition) {
 		return
 	}
 	// 3: the old replicas leave, learners and followers first, the leader last.
-	for _, id := range ps.Learners {
+	for _, id := range ps.learners {
 		if !slices.Contains(target, id) {
-			propose("removing learner "+itoa(id), single(raftpb.ConfChangeRemoveNode, id))
+			propose("removing learner "+itoa(id), raftpb.ConfChangeRemoveNode, id)
 			return
 		}
 	}
-	for _, id := range ps.Voters {
+	for _, id := range ps.voters {
 		if id != m.n.id && !slices.Contains(target, id) {
-			propose("removing node "+itoa(id), single(raftpb.ConfChangeRemoveNode, id))
+			propose("removing node "+itoa(id), raftpb.ConfChangeRemoveNode, id)
 			return
 		}
 	}
 	if !slices.Contains(target, m.n.id) {
-		to := transferTarget(ps, target)
+		to := ps.transferTarget(target)
 		if to == 0 {
 			return // no new voter caught up yet
 		}
-		m.pending[a.Group] = pendingStep{voters: ps.Voters, learners: ps.Learners, at: time.Now()}
-		part.Replica().TransferLeadership(to)
+		mark()
+		rep.TransferLeadership(to)
 		log.Info().Uint64("to", to).Msg("moving the partition: this broker leaves it, handing the leadership over")
 		return
 	}
 	// 4: the group is the target.
-	m.pending[a.Group] = pendingStep{voters: ps.Voters, learners: ps.Learners, at: time.Now()}
+	mark()
 	ctx, cancel := m.n.stopContext(metaTimeout)
 	defer cancel()
 	_, err := m.n.meta.Propose(ctx, &cmeta.FinishMove{Topic: a.Topic, Partition: a.Partition, Group: a.Group, Replicas: target})
@@ -223,10 +252,10 @@ func (m *mover) drive(a cmeta.Assignment, part *cpart.Partition) {
 
 // caughtUp reports whether the leader's view of member id has it replicating, heard from,
 // and within promoteLag entries of the commit index.
-func caughtUp(ps cpart.Status, id uint64) bool {
-	for _, r := range ps.Replicas {
-		if r.ID == id {
-			return r.State == "StateReplicate" && r.Active && r.Match+promoteLag >= ps.Commit
+func (v groupView) caughtUp(id uint64) bool {
+	for _, pr := range v.progress {
+		if pr.ID == id {
+			return pr.State == "StateReplicate" && pr.Active && pr.Match+promoteLag >= v.commit
 		}
 	}
 	return false
@@ -234,16 +263,15 @@ func caughtUp(ps cpart.Status, id uint64) bool {
 
 // transferTarget chooses the voter of target the leadership goes to: caught up, the preferred
 // leader if it is as caught up as any, else the one with the highest match; 0 when none is.
-func transferTarget(ps cpart.Status, target []uint64) uint64 {
-	var best uint64
-	var bestMatch uint64
+func (v groupView) transferTarget(target []uint64) uint64 {
+	var best, bestMatch uint64
 	for _, id := range target {
-		if !slices.Contains(ps.Voters, id) || !caughtUp(ps, id) {
+		if !slices.Contains(v.voters, id) || !v.caughtUp(id) {
 			continue
 		}
-		for _, r := range ps.Replicas {
-			if r.ID == id && (best == 0 || r.Match > bestMatch) {
-				best, bestMatch = id, r.Match
+		for _, pr := range v.progress {
+			if pr.ID == id && (best == 0 || pr.Match > bestMatch) {
+				best, bestMatch = id, pr.Match
 			}
 		}
 	}

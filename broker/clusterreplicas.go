@@ -131,3 +131,51 @@ func (n *clusterNode) syncPeers(st *cmeta.State) {
 		}
 	}
 }
+
+// syncOffsets follows the moves of the offsets topic's partitions (its creation cur
+// already served here): the replica lists the coordinator is named from, and the replicas
+// held here, opened when this broker becomes a holder and closed, their data removed, once a
+// move took it out. The table is immutable: a changed partition gets a new offsetsPart and
+// the table is published again (requests in flight keep the one they found).
+func (n *clusterNode) syncOffsets(cur *offsetsTable, ct *cmeta.Topic) {
+	var next *offsetsTable
+	for i, a := range ct.Partitions {
+		if i >= len(cur.parts) {
+			break
+		}
+		op := cur.parts[i]
+		want, held := holds(a.Holders(), n.id), op.store != nil
+		same := slices.Equal(op.replicas, a.Replicas)
+		if same && (want == held || want && op.failed) {
+			continue
+		}
+		if next == nil {
+			next = &offsetsTable{created: cur.created, parts: slices.Clone(cur.parts)}
+		}
+		np := &offsetsPart{index: op.index, group: op.group, replicas: a.Replicas, store: op.store, failed: op.failed}
+		switch {
+		case want && !held && !op.failed:
+			n.log.Info().Int("offsets_partition", i).Uint64("group", a.Group).Msg("this broker gained a replica of the offsets partition: joining its group")
+			n.openOffsetsReplica(np, a, len(ct.Partitions))
+		case !want && held:
+			n.router.Remove(op.group)
+			if err := op.store.Close(); err != nil {
+				n.log.Warn().Err(err).Int("offsets_partition", i).Msg("closing an offsets replica moved off this broker")
+			}
+			np.store = nil
+			dir := offsetsDir(n.srv.cfg.DataDir, i)
+			if err := os.RemoveAll(dir); err != nil {
+				n.log.Error().Err(err).Str("dir", dir).Msg("could not remove the data of an offsets replica moved off this broker")
+			} else {
+				n.log.Info().Int("offsets_partition", i).Uint64("group", op.group).Msg("the offsets partition moved off this broker: its replica is closed and its data removed")
+			}
+		case !want:
+			np.failed = false
+		}
+		next.parts[i] = np
+	}
+	if next != nil {
+		n.offsets.Store(next)
+		n.kickPurge()
+	}
+}

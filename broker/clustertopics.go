@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lightq/lightq/broker/auth"
@@ -46,6 +47,10 @@ func (n *clusterNode) reconcile() {
 	var gone []*topic
 	built := map[string]*topic{}
 	for _, ct := range st.Topics() {
+		if ct.Name == offsetsTopicName {
+			n.reconcileOffsets(ct)
+			continue
+		}
 		t := topics[ct.Name]
 		switch {
 		case t != nil && t.cluster == nil:
@@ -86,13 +91,12 @@ func (n *clusterNode) reconcile() {
 func (n *clusterNode) buildTopic(ct *cmeta.Topic) *topic {
 	s := n.srv
 	t := newTopic(ct.Name, ct.Kind, ct.User, ct.Options, len(ct.Partitions), 0, 0)
-	t.cluster = &clusterTopic{created: ct.CreatedAt}
+	t.cluster = &clusterTopic{created: ct.CreatedAt} // committed offsets: in the offsets topic (coordinator.go)
 	t.cluster.shape, t.cluster.shapeErr = parseDurableOptions(ct.Options, s.cfg.Limits.MaxBatch)
 	if t.cluster.shapeErr != nil {
 		// The proposer checked them: a broker of another version may disagree.
 		n.log.Error().Err(t.cluster.shapeErr).Str("topic", ct.Name).Msg("cluster topic with options this broker does not take; its partitions here cannot be served")
 	}
-	s.offsets.create(ct.Name)
 	for i, p := range t.parts {
 		a := ct.Partitions[i]
 		p.repl = newReplPart(a.Group, a.Replicas)
@@ -135,6 +139,9 @@ func (n *clusterNode) removeTopic(t *topic, st *cmeta.State) {
 // serves it. Runs on a worker, without adminMu (reconcile takes it to apply the change).
 func (s *Server) createClusterTopic(m *wire.CreateTopic, mt meta.Topic, shape topicShape) error {
 	n := s.cluster
+	if strings.HasPrefix(m.Name, reservedPrefix) {
+		return answer(wire.CodeInvalidRequest, "topic %q: names starting with %q are reserved for the cluster's own topics", m.Name, reservedPrefix)
+	}
 	if t := (*s.topics.Load())[m.Name]; t != nil {
 		return answer(wire.CodeTopicExists, "topic %q exists", m.Name)
 	}

@@ -21,6 +21,10 @@
 // group's Coordinator (Server.groups, in memory): handlers call it on their loops; its timer
 // (a time.AfterFunc) expires sessions and ends held HEARTBEATs, whose answers it hands to
 // the waiting connection through conn.complete.
+// In a cluster, each partition of the offsets topic this broker holds a replica of
+// (cluster/offsets) runs its own Raft goroutine, which answers commits through
+// conn.commitAnswered and, when this broker stops leading the partition, drops its groups
+// from the Coordinator (coordinator.go).
 //
 // # Lock order
 //
@@ -55,7 +59,10 @@
 // producerIDs.mu (never held across I/O; INIT_PRODUCER takes it on the loop),
 // workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, group.Coordinator.mu
 // (it calls the waiters of held heartbeats, which take conn.mu, only after releasing it;
-// LIST_GROUPS reads the coordinator and then an offsetlog.Store, never both at once),
+// LIST_GROUPS reads the coordinator and then an offsetlog.Store, never both at once; a
+// cluster member's offsets replicas drop groups from it on their goroutines, holding
+// nothing), the lock of a cluster/offsets.Store (a leaf of its own: the loops read it,
+// its replica's goroutine writes it, and its answers are called after it is released),
 // loopStates.mu (a
 // connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
 // never held across I/O; commit callbacks run after it is released; the topic-to-store map

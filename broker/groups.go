@@ -34,6 +34,8 @@ func groupCode(err error) wire.Code {
 			return wire.CodeUnknownPartition
 		case group.KindTopicDeleted:
 			return wire.CodeUnknownTopic
+		case group.KindNotCoordinator:
+			return wire.CodeNotCoordinator
 		}
 	}
 	return wire.CodeInternal
@@ -64,7 +66,7 @@ func (c *conn) handleJoinGroup(corr uint32, body []byte) {
 		return
 	}
 	t := c.groupTopic(corr, wire.OpJoinGroup, m.Topic)
-	if t == nil {
+	if t == nil || c.srv.cluster != nil && !c.coordinatesGroup(corr, m.Group) {
 		return
 	}
 	a := c.srv.groups.Join(group.JoinRequest{Topic: t.name, Group: m.Group, Member: m.Member, Partitions: len(t.parts),
@@ -93,7 +95,7 @@ func (c *conn) handleHeartbeat(corr uint32, body []byte) {
 		return
 	}
 	t := c.groupTopic(corr, wire.OpHeartbeat, m.Topic)
-	if t == nil {
+	if t == nil || c.srv.cluster != nil && !c.coordinatesGroup(corr, m.Group) {
 		return
 	}
 	hb := &heldBeat{}
@@ -149,7 +151,7 @@ func (c *conn) handleLeaveGroup(corr uint32, body []byte) {
 		return
 	}
 	t := c.groupTopic(corr, wire.OpLeaveGroup, m.Topic)
-	if t == nil {
+	if t == nil || c.srv.cluster != nil && !c.coordinatesGroup(corr, m.Group) {
 		return
 	}
 	if err := c.srv.groups.Leave(t.name, m.Group, m.Member); err != nil {
@@ -162,6 +164,10 @@ func (c *conn) handleLeaveGroup(corr uint32, body []byte) {
 func (c *conn) handleGroupCommit(corr uint32, body []byte) {
 	var m wire.GroupCommit
 	if !c.decodeOr(corr, wire.OpGroupCommit, m.Decode(body)) {
+		return
+	}
+	if c.srv.cluster != nil {
+		c.groupCommitReplicated(corr, &m)
 		return
 	}
 	t, p := c.durablePartition(corr, wire.OpGroupCommit, m.Topic, m.Partition)
@@ -220,7 +226,13 @@ func (c *conn) handleListGroups(corr uint32, body []byte) {
 			e.Members, e.Generation = uint32(s.Members), s.Generation
 		}
 	}
+	if c.srv.cluster != nil {
+		c.srv.cluster.listCommitted(topics, entry)
+	}
 	for name, t := range topics {
+		if t.cluster != nil {
+			continue // listed above
+		}
 		to := c.srv.offsets.lookup(name)
 		if to == nil || to.err != nil {
 			continue
@@ -276,10 +288,20 @@ func (c *conn) handleDescribeGroup(corr uint32, body []byte) {
 	if t == nil {
 		return
 	}
-	to := c.srv.offsets.lookup(t.name)
-	if to == nil || to.err != nil {
-		c.offsetsUnavailable(corr, t.name, to)
-		return
+	var committed func(p uint32) (int64, bool)
+	if c.srv.cluster != nil {
+		part, _, ok := c.coordinates(corr, m.Group)
+		if !ok {
+			return
+		}
+		committed = func(p uint32) (int64, bool) { return part.store.Get(offsetsKey(t, m.Group, p)) }
+	} else {
+		to := c.srv.offsets.lookup(t.name)
+		if to == nil || to.err != nil {
+			c.offsetsUnavailable(corr, t.name, to)
+			return
+		}
+		committed = func(p uint32) (int64, bool) { return to.st.Get(m.Group, p) }
 	}
 	d := c.srv.groups.Describe(t.name, m.Group)
 	resp := wire.DescribeGroupResponse{Generation: d.Generation}
@@ -292,7 +314,7 @@ func (c *conn) handleDescribeGroup(corr uint32, body []byte) {
 		if end, ok := endOffset(t, p.id); ok {
 			gp.EndOffset = end
 		}
-		if off, ok := to.st.Get(m.Group, p.id); ok {
+		if off, ok := committed(p.id); ok {
 			gp.Committed = off
 			if gp.EndOffset >= 0 {
 				gp.Lag = max(gp.EndOffset-off, 0)

@@ -109,6 +109,8 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleMembership(h.Corr, body)
 	case wire.OpClusterStatus:
 		c.handleClusterStatus(h.Corr, body)
+	case wire.OpFindCoordinator:
+		c.handleFindCoordinator(h.Corr, body)
 	default:
 		c.sendError(h.Corr, wire.CodeUnknownOpcode, h.Op.String()+" is not handled")
 	}

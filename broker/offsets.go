@@ -156,10 +156,14 @@ func (o *offsetStore) close() {
 
 // commitAnswer turns a store's refusal or failure into the client's answer.
 func commitAnswer(topic string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if a, ok := replicatedCommitAnswer(topic, err); ok {
+		return a
+	}
 	var le *offsetlog.LimitError
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &le) && le.Scope == "topic":
 		return answer(wire.CodeResourceLimit, "topic %q holds %d committed (group, partition) pairs, its limit: commit only to pairs already stored, or delete and recreate the topic", topic, le.Max)
 	case errors.As(err, &le):
@@ -251,6 +255,10 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 	}
 	if m.Group == "" {
 		c.sendError(corr, wire.CodeInvalidRequest, "COMMIT_OFFSET needs a group name")
+		return
+	}
+	if c.srv.cluster != nil {
+		c.commitOffsetReplicated(corr, &m)
 		return
 	}
 	t, p := c.durablePartition(corr, wire.OpCommitOffset, m.Topic, m.Partition)
@@ -359,6 +367,10 @@ func (c *conn) offsetsUnavailable(corr uint32, topic string, to *topicOffsets) {
 func (c *conn) handleFetchCommitted(corr uint32, body []byte) {
 	var m wire.FetchCommitted
 	if !c.decodeOr(corr, wire.OpFetchCommitted, m.Decode(body)) {
+		return
+	}
+	if c.srv.cluster != nil {
+		c.fetchCommittedReplicated(corr, &m)
 		return
 	}
 	t, p := c.durablePartition(corr, wire.OpFetchCommitted, m.Topic, m.Partition)

@@ -245,19 +245,23 @@ func (c *Conn) ListOffsets(ctx context.Context, req wire.ListOffsets) (int64, er
 	return decodeOffset(wire.OpListOffsets, resp, err)
 }
 
-// CommitOffset stores a group's next offset to read for a partition.
+// CommitOffset stores a group's next offset to read for a partition. In a cluster it goes to
+// the group's coordinator (coordinator.go).
 func (c *Conn) CommitOffset(ctx context.Context, req wire.CommitOffset) error {
-	_, err := c.roundTrip(ctx, wire.OpCommitOffset, req.AppendTo(nil))
+	_, err := c.groupRoundTrip(ctx, req.Group, wire.OpCommitOffset, req.AppendTo(nil))
 	return err
 }
 
-// FetchCommitted returns a group's committed offset for a partition, -1 if none.
+// FetchCommitted returns a group's committed offset for a partition, -1 if none. In a
+// cluster it asks the group's coordinator.
 func (c *Conn) FetchCommitted(ctx context.Context, req wire.FetchCommitted) (int64, error) {
-	return c.offsetRequest(ctx, wire.OpFetchCommitted, req.AppendTo(nil))
+	return c.offsetRequest(ctx, wire.OpFetchCommitted, req.Group, req.AppendTo(nil))
 }
 
-func (c *Conn) offsetRequest(ctx context.Context, op wire.Op, body []byte) (int64, error) {
-	resp, err := c.roundTrip(ctx, op, body)
+// offsetRequest is a request of group answered with an offset, sent to the group's
+// coordinator.
+func (c *Conn) offsetRequest(ctx context.Context, op wire.Op, group string, body []byte) (int64, error) {
+	resp, err := c.groupRoundTrip(ctx, group, op, body)
 	return decodeOffset(op, resp, err)
 }
 

@@ -137,6 +137,8 @@ type Conn struct {
 
 	done chan struct{}  // closed with err
 	bg   sync.WaitGroup // readers, the reconnectors, the keep-alive
+
+	coord coordinators // where consumer-group requests go (coordinator.go)
 }
 
 // Dial connects to the broker at addr, sends HELLO and AUTH, and returns the ready connection.
@@ -297,6 +299,7 @@ func (c *Conn) Connected() (bool, error) {
 func (c *Conn) Close() error {
 	c.terminate(ErrClosed)
 	c.bg.Wait()
+	c.coord.close()
 	return nil
 }
 

@@ -11,8 +11,9 @@ import (
 )
 
 // Group commits: Commit and CommitOffsets store positions, pipelined, with GROUP_COMMIT for a
-// group member (its member id and generation) and COMMIT_OFFSET in offset-only mode; the
-// auto-committer goroutine calls Commit every AutoCommit.
+// group member (its member id and generation) and COMMIT_OFFSET in offset-only mode, sent to
+// the group's coordinator (coordinator.go); the auto-committer goroutine calls Commit every
+// AutoCommit.
 
 // Commit stores, for the consumer's Group, the position of every partition it consumes that
 // delivered records since the last commit: the offset of its last delivered record + 1. The
@@ -56,7 +57,7 @@ func (k *Consumer) CommitOffsets(ctx context.Context, offsets map[int32]int64) e
 			var err error
 			if k.member != nil {
 				req := wire.GroupCommit{Group: k.opts.Group, Topic: k.topic, Member: k.member.id, Generation: gen, Partition: uint32(part), Offset: off}
-				_, err = c.roundTrip(ctx, wire.OpGroupCommit, req.AppendTo(nil))
+				_, err = c.groupRoundTrip(ctx, k.opts.Group, wire.OpGroupCommit, req.AppendTo(nil))
 			} else {
 				err = c.CommitOffset(ctx, wire.CommitOffset{Group: k.opts.Group, Topic: k.topic, Partition: uint32(part), Offset: off})
 			}

@@ -24,6 +24,11 @@ import (
 // and the heartbeater joins again with the same member id. Close stops both, commits and
 // leaves.
 //
+// In a cluster the group's requests go to its coordinator (coordinator.go). When the
+// coordinator moves (a heartbeat answered NOT_COORDINATOR, or the coordinator's connection
+// lost and FIND_COORDINATOR naming another broker), the new one knows no member: the
+// membership is lost as on UNKNOWN_MEMBER, and the member joins the new coordinator.
+//
 // Lock order: membership.mu is a leaf.
 
 // membership is a consumer's membership of its group.
@@ -116,6 +121,17 @@ func (m *membership) sessionContext() (context.Context, context.CancelFunc) {
 	return context.WithCancel(m.ctx)
 }
 
+// answerContext is m.ctx bounded by d and by the local session deadline, if one is known:
+// how long a heartbeat's answer is waited for.
+func (m *membership) answerContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(m.ctx, d)
+	if dl := m.deadline(); !dl.IsZero() {
+		dctx, dcancel := context.WithDeadline(ctx, dl)
+		return dctx, func() { dcancel(); cancel() }
+	}
+	return ctx, cancel
+}
+
 // expired reports whether the local session deadline passed with no answer since.
 func (m *membership) expired() bool {
 	d := m.deadline()
@@ -135,7 +151,7 @@ func (m *membership) loseSession() {
 func (k *Consumer) join(ctx context.Context, c *Conn) error {
 	m := k.member
 	req := wire.JoinGroup{Group: k.opts.Group, Topic: k.topic, Member: m.id, SessionTimeoutMs: uint32(m.session / time.Millisecond), ClientID: c.opts.ClientName}
-	body, err := c.roundTrip(ctx, wire.OpJoinGroup, req.AppendTo(nil))
+	body, err := c.groupRoundTrip(ctx, k.opts.Group, wire.OpJoinGroup, req.AppendTo(nil))
 	if err != nil {
 		return err
 	}
@@ -170,6 +186,7 @@ func (k *Consumer) stopMember() {
 // hbResult is the outcome of one HEARTBEAT.
 type hbResult struct {
 	epoch int
+	via   *Conn // the Conn it went on: the consumer's, or its coordinator's
 	resp  wire.HeartbeatResponse
 	err   error
 }
@@ -193,14 +210,18 @@ func (k *Consumer) heartbeater() {
 		// a partition must not reach the broker after the one that released it (the broker
 		// would fence the member for claiming what it no longer holds). A reconnect in
 		// progress is waited for up to the local session deadline.
+		hc := c.groupConn(k.opts.Group)
 		sctx, scancel := m.sessionContext()
-		call, err := c.startCall(sctx, wire.OpHeartbeat, req.AppendTo(nil))
+		call, err := hc.startCall(sctx, wire.OpHeartbeat, req.AppendTo(nil))
 		scancel()
 		go func() {
-			r := hbResult{epoch: epoch}
+			r := hbResult{epoch: epoch, via: hc}
 			var body []byte
 			if err == nil {
-				ctx, cancel := context.WithTimeout(m.ctx, wait+c.opts.RequestTimeout)
+				// The answer is waited for up to the local session deadline too: a broker that
+				// went silent (a machine lost, a network cut: no close comes) must not keep
+				// the member processing past it, while others may be given its partitions.
+				ctx, cancel := m.answerContext(wait + hc.opts.RequestTimeout)
 				defer cancel()
 				body, err = call.wait(ctx)
 			}
@@ -232,6 +253,20 @@ func (k *Consumer) heartbeater() {
 			}
 			rejoin, joined, backoff = false, true, 0
 		}
+		if outstanding == 0 || joined {
+			switch moved, unreachable := k.checkCoordinator(c); {
+			case moved:
+				k.report(fmt.Errorf("lightq: group %s of %s: the coordinator moved, joining the new one", k.opts.Group, k.topic))
+				m.loseSession()
+				rejoin = true
+				continue
+			case unreachable && !m.expired():
+				if !k.memberRetry(c, fmt.Errorf("lightq: group %s of %s: the coordinator cannot be reached: %w", k.opts.Group, k.topic, ErrConnectionLost), &backoff) {
+					return
+				}
+				continue
+			}
+		}
 		switch {
 		case outstanding == 0 || joined:
 			send(c)
@@ -261,7 +296,8 @@ func (k *Consumer) heartbeater() {
 			if m.ctx.Err() != nil {
 				return
 			}
-			if errors.Is(r.err, &wire.Error{Code: wire.CodeUnknownMember}) || errors.Is(r.err, &wire.Error{Code: wire.CodeFencedMember}) || m.expired() {
+			if errors.Is(r.err, &wire.Error{Code: wire.CodeUnknownMember}) || errors.Is(r.err, &wire.Error{Code: wire.CodeFencedMember}) || m.expired() ||
+				isNotCoordinator(r.err) || k.coordinatorMoved(c, r.via, r.err) {
 				k.report(fmt.Errorf("lightq: group %s of %s: membership lost, joining again: %w", k.opts.Group, k.topic, r.err))
 				m.loseSession()
 				rejoin = true
@@ -280,8 +316,9 @@ func (k *Consumer) heartbeater() {
 // that retrying cannot help, or a Conn that gave up (closed, or a reconnect refused).
 func (k *Consumer) memberRetry(c *Conn, err error, backoff *time.Duration) bool {
 	var we *wire.Error
-	retryable := errors.Is(err, ErrConnectionLost) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &we) && (we.Code == wire.CodeResourceLimit || we.Code == wire.CodeInternal || we.Code == wire.CodeUnknownMember)
+	retryable := errors.Is(err, ErrConnectionLost) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errNoCoordinator) ||
+		errors.As(err, &we) && (we.Code == wire.CodeResourceLimit || we.Code == wire.CodeInternal || we.Code == wire.CodeUnknownMember ||
+			we.Code == wire.CodeNotCoordinator || we.Code == wire.CodeReplicationTimeout)
 	if !retryable || errors.Is(err, ErrClosed) || c.Err() != nil {
 		if k.member.ctx.Err() == nil {
 			k.enqueueFatal(nil, err)
@@ -298,6 +335,46 @@ func (k *Consumer) memberRetry(c *Conn, err error, backoff *time.Duration) bool 
 	case <-t.C:
 		return true
 	}
+}
+
+// checkCoordinator looks the group's coordinator up again before a heartbeat goes out on a
+// coordinator's Conn that is not connected (its broker may be gone, and the heartbeat would
+// wait for it up to the session's end): moved, when FIND_COORDINATOR names another broker
+// now; unreachable, when the coordinator stays where it was, or none is known.
+func (k *Consumer) checkCoordinator(c *Conn) (moved, unreachable bool) {
+	hc := c.groupConn(k.opts.Group)
+	if hc == c {
+		return false, false
+	}
+	if ok, _ := hc.Connected(); ok {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(k.member.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	moved, err := c.refreshCoordinator(ctx, k.opts.Group)
+	if moved && err == nil {
+		return true, false
+	}
+	ok, _ := c.groupConn(k.opts.Group).Connected()
+	return false, !ok
+}
+
+// coordinatorMoved reports, for a heartbeat that failed with err on via, that the group's
+// coordinator moved: via was a coordinator's Conn, and the group is routed elsewhere now, or
+// via's connection was lost and FIND_COORDINATOR names another broker now.
+func (k *Consumer) coordinatorMoved(c, via *Conn, err error) bool {
+	switch {
+	case via == c:
+		return false
+	case c.groupConn(k.opts.Group) != via:
+		return true // routed elsewhere meanwhile (via was closed: ErrClosed)
+	case !errors.Is(err, ErrConnectionLost):
+		return false
+	}
+	ctx, cancel := context.WithTimeout(k.member.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	moved, ferr := c.refreshCoordinator(ctx, k.opts.Group)
+	return moved && ferr == nil
 }
 
 // waitNothingOwned waits until the reconciler has dropped every partition.
@@ -540,7 +617,7 @@ func (k *Consumer) leave() error {
 		}
 	}
 	req := wire.LeaveGroup{Group: k.opts.Group, Topic: k.topic, Member: k.member.id}
-	if _, lerr := c.roundTrip(ctx, wire.OpLeaveGroup, req.AppendTo(nil)); lerr != nil && !errors.Is(lerr, &wire.Error{Code: wire.CodeUnknownMember}) && err == nil {
+	if _, lerr := c.groupRoundTrip(ctx, k.opts.Group, wire.OpLeaveGroup, req.AppendTo(nil)); lerr != nil && !errors.Is(lerr, &wire.Error{Code: wire.CodeUnknownMember}) && err == nil {
 		err = fmt.Errorf("lightq: leave group %s: %w", k.opts.Group, lerr)
 	}
 	return err

@@ -24,6 +24,18 @@
 // OnAssign, OnRevoke); OffsetsOnly keeps the consumer's own partitions and only stores
 // their positions for the group.
 //
+// In a cluster each group has one coordinator (PROTOCOL.md section 16): a Conn sends the
+// group's requests (a consumer's membership and commits, CommitOffset, FetchCommitted,
+// DescribeGroup) to its own broker until that answers NOT_COORDINATOR, then to the broker
+// FIND_COORDINATOR names, on a Conn of its own to it (the same Options, closed with the Conn;
+// coordinator.go). A member whose coordinator moves (NOT_COORDINATOR, or the coordinator's
+// broker gone and another named) loses its membership, as after an expired session: it stops
+// its partitions without committing and joins the new coordinator, and the partitions start
+// again at the committed offsets (or, when the member gets a partition back that nobody
+// committed meanwhile, at its position). A Conn reaches the coordinator only through its own
+// broker: while that broker is down, the group waits for it. ListGroups lists what the
+// Conn's broker coordinates.
+//
 // # TLS
 //
 // Options.TLS connects to the broker's TLS port (its tls-addr) instead of the plaintext one,
@@ -210,7 +222,9 @@
 // between fetchers and Each, bounded by Prefetch, with chunk reuse), consumer_each.go (Each
 // and Messages), consumer_commit.go (group commits, the auto-committer), consumer_group.go
 // (group membership: join, held heartbeats, the reconciler that starts and revokes
-// partitions, leave), group_admin.go (ListGroups, DescribeGroup).
+// partitions, leave, following a coordinator that moves), group_admin.go (ListGroups,
+// DescribeGroup), coordinator.go (group requests routed to the group's coordinator:
+// FindCoordinator, the Conns to coordinators).
 //
 // One reader goroutine per link reads frames into a reused buffer and dispatches them by op and
 // correlation id: DELIVER frames to the subscription named by their correlation id, ERROR and
@@ -232,5 +246,6 @@
 // Subscription.consumeMu is held by the consumer only and taken before Subscription.mu.
 // Consumer.commitMu, then Consumer.mu, then Conn's locks; Consumer.consumeMu is held by Each
 // (or, with TryLock, by a revocation when no Each runs) and taken before Consumer.mu;
-// Consumer.revokeMu before consumeMu; Consumer.activeMu and membership.mu are leaves.
+// Consumer.revokeMu before consumeMu; Consumer.activeMu, membership.mu and coordinators.mu
+// are leaves.
 package client

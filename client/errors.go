@@ -88,7 +88,7 @@ func refusalOf(code wire.Code) refusal {
 		wire.CodeCorruptBatch, wire.CodeMessageTooLarge, wire.CodeNotSupported,
 		wire.CodeOffsetOutOfRange, wire.CodeUnknownSubscription,
 		wire.CodeUserExists, wire.CodeUnknownUser,
-		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty,
+		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty, wire.CodeNotCoordinator,
 		wire.CodeUnknownBroker, wire.CodeBrokerInUse, wire.CodeReplicasChanged:
 		return refusal{} // refused for what it is: sending it again cannot help
 	case wire.CodeNotLeader:

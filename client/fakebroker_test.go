@@ -68,7 +68,10 @@ type fakeBroker struct {
 	// The cluster these brokers form (fakecluster_test.go); nil: one broker, node 1, which
 	// answers the cluster flag as a cluster of one.
 	cluster *fakeCluster
-	wg      sync.WaitGroup
+	// opHook, when set, sees every frame first (called without mu) and handles it when it
+	// returns true: a test's own answers to requests the fake does not serve (groups).
+	opHook func(fc *fakeConn, h wire.Header, body []byte) bool
+	wg     sync.WaitGroup
 }
 
 type fakePKey struct {
@@ -381,6 +384,12 @@ func (fc *fakeConn) serve() {
 
 func (fc *fakeConn) handle(h wire.Header, body []byte) {
 	fb := fc.fb
+	fb.mu.Lock()
+	hook := fb.opHook
+	fb.mu.Unlock()
+	if hook != nil && hook(fc, h, body) {
+		return
+	}
 	switch h.Op {
 	case wire.OpHello:
 		resp := wire.HelloResponse{ProtocolVersion: wire.Version, BrokerVersion: "fake", Limits: fb.limits}

@@ -9,7 +9,8 @@ import (
 
 // ListGroups lists the consumer groups of topic (every durable topic the caller may see when
 // topic is empty) that have live members or committed offsets, ordered by group then topic.
-// It asks again as long as the broker says more did not fit in its answer.
+// It asks again as long as the broker says more did not fit in its answer. A cluster member
+// lists the groups it coordinates: ask a Conn to each broker for all of them.
 func (c *Conn) ListGroups(ctx context.Context, topic string) ([]wire.GroupListing, error) {
 	if topic != "" {
 		if err := wire.ValidTopicName(topic); err != nil {
@@ -40,7 +41,8 @@ func (c *Conn) ListGroups(ctx context.Context, topic string) ([]wire.GroupListin
 }
 
 // DescribeGroup describes a consumer group of a durable topic: its generation, live members
-// with their partitions, and every partition's committed offset, end offset and lag.
+// with their partitions, and every partition's committed offset, end offset and lag. In a
+// cluster it asks the group's coordinator.
 func (c *Conn) DescribeGroup(ctx context.Context, group, topic string) (*wire.DescribeGroupResponse, error) {
 	if err := wire.ValidGroupName(group); err != nil {
 		return nil, fmt.Errorf("lightq: %w", err)
@@ -49,7 +51,7 @@ func (c *Conn) DescribeGroup(ctx context.Context, group, topic string) (*wire.De
 		return nil, fmt.Errorf("lightq: %w", err)
 	}
 	req := wire.DescribeGroup{Group: group, Topic: topic}
-	body, err := c.roundTrip(ctx, wire.OpDescribeGroup, req.AppendTo(nil))
+	body, err := c.groupRoundTrip(ctx, group, wire.OpDescribeGroup, req.AppendTo(nil))
 	if err != nil {
 		return nil, err
 	}

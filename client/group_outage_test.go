@@ -5,10 +5,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lightq/lightq/client"
 	"github.com/lightq/lightq/internal/proxytest"
+	"github.com/lightq/lightq/wire"
 )
 
 // A member cut off for longer than its session: B takes everything; when A's Conn
@@ -72,4 +74,58 @@ func TestGroupMemberOutageLongerThanSession(t *testing.T) {
 	if bad.Load() > 0 {
 		t.Errorf("A delivered %d records of partitions the broker had given to B", bad.Load())
 	}
+}
+
+// A member whose broker goes silent (no answer, no close: a machine lost, a network cut)
+// while it holds a heartbeat there: it must drop its partitions, without committing, at its
+// local session deadline (nine tenths of the session the broker granted), not when the
+// request timeout ends the wait for the heartbeat's answer; in a cluster the new coordinator
+// may give them to another member from then on. It runs in a synctest bubble: the fake
+// joins the member with a 1 s session and never answers a HEARTBEAT.
+func TestGroupMemberSilentBrokerDropsAtSessionEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddDurable("events", func(m *wire.Fetch) []byte {
+			time.Sleep(time.Duration(m.MaxWaitMs) * time.Millisecond) // a long poll at the end of an empty log
+			return (&wire.FetchResponse{HighWatermark: 0}).AppendTo(nil)
+		})
+		joins := make(chan struct{}, 8)
+		fb.set(func(fb *fakeBroker) {
+			fb.opHook = func(fc *fakeConn, h wire.Header, body []byte) bool {
+				switch h.Op {
+				case wire.OpJoinGroup:
+					joins <- struct{}{}
+					r := wire.JoinGroupResponse{Generation: 1, SessionTimeoutMs: 1000, HeartbeatIntervalMs: 333, Partitions: []uint32{0}}
+					fc.reply(h.Op, h.Corr, r.AppendTo(nil))
+				case wire.OpFetchCommitted:
+					fc.reply(h.Op, h.Corr, (&wire.OffsetResponse{Offset: 0}).AppendTo(nil))
+				case wire.OpLeaveGroup:
+					fc.reply(h.Op, h.Corr, nil)
+				case wire.OpHeartbeat:
+					// held for ever: the broker went silent
+				default:
+					return false
+				}
+				return true
+			}
+		})
+		c := dialPipe(t, fb)
+		revoked := make(chan bool, 8)
+		start := time.Now()
+		k, err := c.NewConsumer(testCtx(t), client.ConsumerOptions{Topic: "events", Group: "g", AutoCommit: -1,
+			OnRevoke: func(_ []int32, lost bool) map[int32]int64 { revoked <- lost; return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Close() })
+		if got := k.Partitions(); len(got) != 1 {
+			t.Fatalf("partitions %v after the join", got)
+		}
+		<-joins
+		lost := <-revoked
+		if took := time.Since(start); !lost || took < 900*time.Millisecond || took > 1100*time.Millisecond {
+			t.Fatalf("partition dropped (lost %v) %v after the join; want lost at the local deadline, 900 ms", lost, took)
+		}
+		<-joins // and the member joins again
+	})
 }

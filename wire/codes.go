@@ -74,6 +74,8 @@ const (
 	CodeUnknownBroker   Code = 43 // no broker of that node id in the cluster
 	CodeBrokerInUse     Code = 44 // the broker holds replicas (drain it first), or is being removed and takes none
 	CodeReplicasChanged Code = 45 // the partition's replicas changed meanwhile (another move came first); nothing done
+	// Consumer groups in a cluster (PROTOCOL.md sections 10.1 and 16).
+	CodeNotCoordinator Code = 46 // this broker does not coordinate the group (or is loading it): FIND_COORDINATOR and go there; nothing done
 )
 
 type codeInfo struct {
@@ -123,6 +125,7 @@ var codeTable = map[Code]codeInfo{
 	CodeUnknownBroker:       {"UNKNOWN_BROKER", false},
 	CodeBrokerInUse:         {"BROKER_IN_USE", false},
 	CodeReplicasChanged:     {"REPLICAS_CHANGED", false},
+	CodeNotCoordinator:      {"NOT_COORDINATOR", false},
 }
 
 func (c Code) String() string {

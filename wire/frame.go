@@ -65,6 +65,8 @@ const (
 	OpGroupCommit    Op = 0x47
 	OpListGroups     Op = 0x48
 	OpDescribeGroup  Op = 0x49
+	// OpFindCoordinator asks which broker of a cluster coordinates a consumer group.
+	OpFindCoordinator Op = 0x4A
 )
 
 var opNames = map[Op]string{
@@ -80,7 +82,7 @@ var opNames = map[Op]string{
 	OpAddBroker: "ADD_BROKER", OpMembership: "MEMBERSHIP",
 	OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
 	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
-	OpDescribeGroup: "DESCRIBE_GROUP", OpClusterStatus: "CLUSTER_STATUS",
+	OpDescribeGroup: "DESCRIBE_GROUP", OpClusterStatus: "CLUSTER_STATUS", OpFindCoordinator: "FIND_COORDINATOR",
 }
 
 func (o Op) String() string {

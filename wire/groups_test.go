@@ -20,6 +20,8 @@ var groupBodies = []func() wireBody{
 	func() wireBody { return new(wire.ListGroupsResponse) },
 	func() wireBody { return new(wire.DescribeGroup) },
 	func() wireBody { return new(wire.DescribeGroupResponse) },
+	func() wireBody { return new(wire.FindCoordinator) },
+	func() wireBody { return new(wire.FindCoordinatorResponse) },
 }
 
 // FuzzGroupBodies: a consumer group body that decodes re-encodes to exactly its bytes, and
@@ -86,6 +88,8 @@ func FuzzGroupBodies(f *testing.F) {
 			member(m.Member)
 			group(m.Group)
 		case *wire.DescribeGroup:
+			group(m.Group)
+		case *wire.FindCoordinator:
 			group(m.Group)
 		case *wire.JoinGroupResponse:
 			ascending("assignment", m.Partitions)

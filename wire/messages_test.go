@@ -111,6 +111,10 @@ func bodyCases() []struct {
 		}}, func() wireBody { return new(wire.ListGroupsResponse) }, 0},
 		{"ListGroupsResponse empty", &wire.ListGroupsResponse{}, func() wireBody { return new(wire.ListGroupsResponse) }, 0},
 		{"DescribeGroup", &wire.DescribeGroup{Group: "g", Topic: "audit"}, func() wireBody { return new(wire.DescribeGroup) }, 0},
+		{"FindCoordinator", &wire.FindCoordinator{Group: long}, func() wireBody { return new(wire.FindCoordinator) }, 0},
+		{"FindCoordinatorResponse", &wire.FindCoordinatorResponse{Node: 1, Coordinator: 3, Addr: "10.0.0.3:7450", TLSAddr: "10.0.0.3:7451"}, func() wireBody { return new(wire.FindCoordinatorResponse) }, 0},
+		{"FindCoordinatorResponse none known", &wire.FindCoordinatorResponse{Node: 2}, func() wireBody { return new(wire.FindCoordinatorResponse) }, 0},
+		{"FindCoordinatorResponse max", &wire.FindCoordinatorResponse{Node: 1<<32 - 1, Coordinator: 1<<32 - 1, Addr: long, TLSAddr: long}, func() wireBody { return new(wire.FindCoordinatorResponse) }, 0},
 		{"DescribeGroupResponse", &wire.DescribeGroupResponse{Generation: 5,
 			Members: []wire.GroupMember{
 				{Member: testMember, ClientID: "c-1", Address: "127.0.0.1:5000", SessionTimeoutMs: 10000, Assigned: []uint32{0, 1}, Revoking: []uint32{2}},
@@ -272,6 +276,12 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"ListGroupsResponse 4G groups", func() wireBody { return new(wire.ListGroupsResponse) }, body(u8(0), u32(0xffffffff))},
 		{"DescribeGroupResponse 4G members", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(0xffffffff))},
 		{"DescribeGroupResponse 1025 partitions", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(0), u32(1025), rep(1025*28, "\x00"))},
+		{"FindCoordinator empty group", func() wireBody { return new(wire.FindCoordinator) }, str("")},
+		{"FindCoordinator group 256", func() wireBody { return new(wire.FindCoordinator) }, str(strings.Repeat("g", 256))},
+		{"FindCoordinator group with NUL", func() wireBody { return new(wire.FindCoordinator) }, str("g\x00")},
+		{"FindCoordinator trailing byte", func() wireBody { return new(wire.FindCoordinator) }, body(str("g"), u8(0))},
+		{"FindCoordinatorResponse address 256", func() wireBody { return new(wire.FindCoordinatorResponse) }, body(u32(1), u32(2), str(strings.Repeat("a", 256)), str(""))},
+		{"FindCoordinatorResponse no TLS address", func() wireBody { return new(wire.FindCoordinatorResponse) }, body(u32(1), u32(2), str("a:1"))},
 		{"DescribeGroupResponse zero member", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(1), make([]byte, 16), str(""), str(""), u32(0), u32(0), u32(0), u32(0))},
 		// Cluster membership bodies: node lists, flags, broker states.
 		{"MoveReplicas 17 replicas", func() wireBody { return new(wire.MoveReplicas) }, body(str("t"), u32(0), u16(17), rep(17*4, "\x00"))},

@@ -252,6 +252,8 @@ var bodyTypes = []struct {
 	{wire.OpDescribeGroup, true, func() wireBody { return new(wire.DescribeGroupResponse) }},
 	{wire.OpClusterStatus, false, func() wireBody { return new(wire.ClusterStatus) }},
 	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
+	{wire.OpFindCoordinator, false, func() wireBody { return new(wire.FindCoordinator) }},
+	{wire.OpFindCoordinator, true, func() wireBody { return new(wire.FindCoordinatorResponse) }},
 	// New bodies go last: FuzzBodies' corpus names a body type by its index among these.
 	{wire.OpMoveReplicas, false, func() wireBody { return new(wire.MoveReplicas) }},
 	{wire.OpMoveReplicas, true, nil},
@@ -557,6 +559,7 @@ func protocolExamples() []protocolExample {
 	groupExamples(add, body)
 	ex = append(ex, idempotenceExamples()...)
 	ex = append(ex, clusterExamples()...)
+	ex = append(ex, coordinatorExamples()...)
 	return append(ex, replicationExamples()...)
 }
 

@@ -53,6 +53,7 @@ const (
 	KindInvalid                          // INVALID_REQUEST
 	KindUnknownPartition                 // UNKNOWN_PARTITION
 	KindTopicDeleted                     // UNKNOWN_TOPIC: the topic went while a heartbeat was held
+	KindNotCoordinator                   // NOT_COORDINATOR: the broker stopped coordinating the group (DropGroups)
 )
 
 // Error is a refused request: its kind and the text for the client.
@@ -384,6 +385,23 @@ func (c *Coordinator) DropTopic(topic string) {
 	for k, g := range c.groups {
 		if k.topic == topic {
 			ds = append(ds, c.dropGroup(g, refuse(KindTopicDeleted, "topic %q was deleted", topic))...)
+		}
+	}
+	c.rearm()
+	c.mu.Unlock()
+	deliver(ds)
+}
+
+// DropGroups forgets every group for which match(topic, group) holds; their held heartbeats
+// are answered err. A cluster member calls it when it stops coordinating groups (the
+// leadership of their offsets partition moved), and when it starts again (what a
+// coordinator of the past left behind is not trusted).
+func (c *Coordinator) DropGroups(match func(topic, group string) bool, err error) {
+	c.mu.Lock()
+	var ds []delivery
+	for k, g := range c.groups {
+		if match(k.topic, k.group) {
+			ds = append(ds, c.dropGroup(g, err)...)
 		}
 	}
 	c.rearm()

@@ -451,6 +451,32 @@ func TestDropTopic(t *testing.T) {
 	}
 }
 
+// TestDropGroups: the matching groups go (their held heartbeats answered with the error),
+// the others stay; a member of a dropped group is unknown and joins again from nothing.
+func TestDropGroups(t *testing.T) {
+	co, _ := newFake(t, nil)
+	a := join(t, co, 1, 2)
+	other := co.Join(JoinRequest{Topic: testTopic, Group: "other", Member: mid(2), Partitions: 2})
+	if other.Err != nil {
+		t.Fatal(other.Err)
+	}
+	ch, _ := a.park(time.Minute)
+	moved := &Error{Kind: KindNotCoordinator, Msg: "moved"}
+	co.DropGroups(func(topic, group string) bool { return group == testGroup }, moved)
+	if ans := <-ch; !errors.Is(ans.Err, &Error{Kind: KindNotCoordinator}) {
+		t.Fatalf("held heartbeat: %v", ans.Err)
+	}
+	if co.HasMembers(testTopic, testGroup) || !co.HasMembers(testTopic, "other") {
+		t.Fatal("dropped the wrong groups")
+	}
+	if ans := a.beat(); !errors.Is(ans.Err, &Error{Kind: KindUnknownMember}) {
+		t.Fatalf("a heartbeat of a dropped member: %v", ans.Err)
+	}
+	if b := join(t, co, 1, 2); !slices.Equal(b.owned, []uint32{0, 1}) {
+		t.Fatalf("joined again: %v", b.owned)
+	}
+}
+
 // TestRandomOperations drives random joins, leaves, heartbeats (prompt, stale, held),
 // expiries and commits, and checks after each step that no partition is told to two members
 // and that each (partition, generation) has commits accepted from one member only; at the

@@ -77,13 +77,14 @@ var confHelp = map[string]string{
 	"tls-handshake-timeout": "close a TLS connection whose handshake has not completed after this long",
 
 	// Cluster.
-	"node-id":             "this broker's node id in its cluster (and in METADATA), from 1",
-	"cluster-peers":       "every cluster member as node-id=host:port of its cluster port, this broker among them (empty: no cluster)",
-	"cluster-listen":      "where this broker's cluster port listens, when not its cluster-peers address",
-	"cluster-secret-file": "file holding the cluster secret (or LIGHTQ_CLUSTER_SECRET), at least 16 bytes, the same on every member",
-	"cluster-join":        "true: this broker joins a running cluster (an admin adds it: lqcat cluster add-broker) instead of founding one with cluster-peers; ignored once its data dir holds cluster metadata",
-	"advertise-addr":      "client address METADATA gives for this broker (default: addr)",
-	"advertise-tls-addr":  "TLS client address METADATA gives for this broker (default: tls-addr)",
+	"node-id":                    "this broker's node id in its cluster (and in METADATA), from 1",
+	"cluster-peers":              "every cluster member as node-id=host:port of its cluster port, this broker among them (empty: no cluster)",
+	"cluster-listen":             "where this broker's cluster port listens, when not its cluster-peers address",
+	"cluster-secret-file":        "file holding the cluster secret (or LIGHTQ_CLUSTER_SECRET), at least 16 bytes, the same on every member",
+	"cluster-join":               "true: this broker joins a running cluster (an admin adds it: lqcat cluster add-broker) instead of founding one with cluster-peers; ignored once its data dir holds cluster metadata",
+	"advertise-addr":             "client address METADATA gives for this broker (default: addr)",
+	"advertise-tls-addr":         "TLS client address METADATA gives for this broker (default: tls-addr)",
+	"cluster-offsets-partitions": "partitions of the cluster's offsets topic (each coordinates the consumer groups that hash to it) when this broker creates it",
 
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback; the same as http-addr: served there)",
@@ -259,6 +260,7 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.Cluster.Listen = set["cluster-listen"]
 	cfg.Cluster.AdvertiseAddr = set["advertise-addr"]
 	cfg.Cluster.AdvertiseTLSAddr = set["advertise-tls-addr"]
+	cfg.Cluster.OffsetsPartitions = num("cluster-offsets-partitions")
 	if secret := getenv("LIGHTQ_CLUSTER_SECRET"); secret != "" {
 		cfg.Cluster.Secret = []byte(secret)
 	} else if f := set["cluster-secret-file"]; f != "" {

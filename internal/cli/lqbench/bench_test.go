@@ -504,3 +504,98 @@ func TestTopicOptionFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestAckLatencyRecorder: the n-th acknowledgement is message n: measured from its slot
+// (start + n x interval) and from its send time in the log; a failed message is counted but
+// not recorded; values are clamped into the histogram's range.
+func TestAckLatencyRecorder(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	start := time.Unix(0, 1_000*ms)
+	sends := newSendLog(2, 4)
+	sends.slots[1][0].Store(1_000*ms + 100_000) // sent 100 us after its slot
+	sends.slots[1][2].Store(1_002*ms + 250_000)
+	a := newAckLatency(1, start, time.Millisecond, sends)
+	a.acked(1_000*ms+500_000, true)  // message 0: 500 us from the slot, 400 from the send
+	a.acked(1_001*ms+900_000, false) // message 1 failed
+	a.acked(1_005*ms, true)          // message 2: slot 1002 ms: 3000 us, 2750 from the send
+	a.acked(1_003*ms-5_000, true)    // message 3: 5 us before its slot (clock step): 1 us; not in the send log
+	if got := a.fromSlot.TotalCount(); got != 3 {
+		t.Fatalf("%d values from the slot, want 3", got)
+	}
+	// HDR buckets at 3 digits are 2 us wide around 3000: near allows that.
+	near := func(got int64, want int64) bool { return got >= want-2 && got <= want+2 }
+	if a.fromSlot.Min() != 1 || !near(a.fromSlot.Max(), 3000) || a.fromSlot.ValueAtQuantile(50) != 500 {
+		t.Errorf("from the slot: min %d p50 %d max %d, want 1 500 3000", a.fromSlot.Min(), a.fromSlot.ValueAtQuantile(50), a.fromSlot.Max())
+	}
+	if got := a.fromSend.TotalCount(); got != 2 || a.fromSend.Min() != 400 || !near(a.fromSend.Max(), 2750) {
+		t.Errorf("from the send: %d values, min %d max %d, want 2, 400, 2750", got, a.fromSend.Min(), a.fromSend.Max())
+	}
+	all := newAckLatencies()
+	all.add(a)
+	all.add(newAckLatency(0, start, time.Millisecond, nil)) // a producer with no send log, nothing acked
+	var r Result
+	all.setResult(&r)
+	if r.AckCount != 3 || r.AckP50Us != 500 || !near(int64(r.AckMaxUs), 3000) || r.AckSendP50Us != 400 {
+		t.Errorf("result %+v", r)
+	}
+	var none *ackLatencies
+	none.add(a)
+	none.setResult(&r) // a run without a rate: no-ops
+	if clampUs(-5) != 1 || clampUs(200*int64(time.Second)) != 100_000_000 || clampUs(2_500) != 2 {
+		t.Error("clampUs")
+	}
+}
+
+// TestProduceAckLatency: produce and e2e at a fixed rate report the produce-to-ack latency of
+// every message, from the slot and from the send (never the larger); without a rate, or with
+// acks=none, there is none.
+func TestProduceAckLatency(t *testing.T) {
+	addr := startTestBroker(t)
+	for _, mode := range []string{"produce", "e2e"} {
+		cfg := testConfig(addr, mode, "acklat-"+mode, 3000, 100)
+		cfg.Rate, cfg.Linger = 20000, -1
+		r, err := Run(runCtx(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: ack p50 %v p99 %v max %v; from the send p50 %v max %v", mode, r.AckP50Us, r.AckP99Us, r.AckMaxUs, r.AckSendP50Us, r.AckSendMaxUs)
+		if r.AckCount != 3000 {
+			t.Errorf("%s: %d acknowledgements measured, want 3000", mode, r.AckCount)
+		}
+		ps := []float64{r.AckP50Us, r.AckP90Us, r.AckP99Us, r.AckP999Us, r.AckMaxUs}
+		for i, p := range ps {
+			if !(p > 0) || i > 0 && ps[i-1] > p {
+				t.Errorf("%s: ack percentiles %v: want positive and ordered", mode, ps)
+				break
+			}
+		}
+		if !(r.AckSendP50Us > 0) || r.AckSendP50Us > r.AckP50Us*1.002+1 || r.AckSendMaxUs > r.AckMaxUs*1.002+1 {
+			t.Errorf("%s: from the send p50 %v max %v against the slot's %v %v", mode, r.AckSendP50Us, r.AckSendMaxUs, r.AckP50Us, r.AckMaxUs)
+		}
+		var js bytes.Buffer
+		if err := r.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"ack_p99_us":`) || !strings.Contains(js.String(), `"ack_send_p99_us":`) {
+			t.Errorf("%s: JSON lacks the ack figures: %v %s", mode, err, js.String())
+		}
+		var text bytes.Buffer
+		r.WriteText(&text)
+		if !strings.Contains(text.String(), "Produce-to-ack latency (us, 3000 messages)") {
+			t.Errorf("%s: text lacks the ack line:\n%s", mode, text.String())
+		}
+	}
+	for name, cfg := range map[string]Config{
+		"no rate": testConfig(addr, "produce", "acklat-norate", 3000, 100),
+		"acks none": func() Config {
+			c := testConfig(addr, "produce", "acklat-none", 3000, 100)
+			c.Rate, c.Acks = 20000, client.AckNone
+			return c
+		}(),
+	} {
+		r, err := Run(runCtx(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.AckCount != 0 || r.AckP50Us != 0 {
+			t.Errorf("%s: ack latency reported: %+v", name, *r)
+		}
+	}
+}

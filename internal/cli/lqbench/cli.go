@@ -29,7 +29,8 @@ const usage = `Usage: lqbench produce|consume|e2e [flags]
 Measures LightQ throughput and latency, as the original lightq-producer and lightq-consumer
 did, plus end-to-end latency percentiles.
 
-  produce   send -m messages of -s bytes and report the send rate
+  produce   send -m messages of -s bytes and report the send rate (with --rate, also the
+            produce-to-ack latency: from each message's slot to its acknowledgement)
   consume   subscribe and report the receive rate and latency of what arrives
   e2e       consumers and producers in this process: rate and end-to-end latency
 

@@ -239,6 +239,7 @@ func runE2E(ctx context.Context, cfg *Config) (*Result, error) {
 	r := &Result{Mode: "e2e", Size: cfg.Size, Failed: st.failed.Load()}
 	r.addConsumers(out.cons)
 	r.Produced = st.sent.Load()
+	st.acks.setResult(r)
 	r.ProduceSeconds = st.end.Sub(st.start).Seconds()
 	// The original's figures: from the first send to the last receive.
 	var lastRecv time.Time

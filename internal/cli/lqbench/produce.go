@@ -16,7 +16,8 @@ import (
 type produceStats struct {
 	sent     atomic.Int64
 	failed   atomic.Int64
-	sends    *sendLog // e2e at a fixed rate: when each message was actually sent
+	sends    *sendLog      // at a fixed rate: when each message was actually sent
+	acks     *ackLatencies // at a fixed rate with acknowledgements: produce-to-ack latency
 	firstErr atomic.Value
 	start    time.Time
 	end      time.Time
@@ -25,6 +26,9 @@ type produceStats struct {
 // produceAll runs cfg.Producers producers to completion.
 func produceAll(ctx context.Context, cfg *Config, sends *sendLog, progress func(int64)) (*produceStats, error) {
 	st := &produceStats{sends: sends}
+	if cfg.Rate > 0 && cfg.Acks != client.AckNone {
+		st.acks = newAckLatencies()
+	}
 	conns := make([]*client.Conn, cfg.Producers)
 	for i := range conns {
 		c, err := dial(ctx, cfg, fmt.Sprintf("lqbench-producer-%d", i))
@@ -67,12 +71,6 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	if err != nil {
 		return err
 	}
-	onAck := func(_ client.Ack, err error) {
-		if err != nil {
-			st.failed.Add(1)
-			st.firstErr.CompareAndSwap(nil, err)
-		}
-	}
 	value := make([]byte, cfg.Size)
 	for i := range value[StampSize:] {
 		value[StampSize+i] = byte('a' + i%26)
@@ -85,6 +83,19 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	pacer := pace.New()
 	defer pacer.Close()
 	start := time.Now()
+	var ackLat *ackLatency // the callbacks' own: they run one at a time
+	if st.acks != nil && interval > 0 {
+		ackLat = newAckLatency(id, start, interval, st.sends)
+	}
+	onAck := func(_ client.Ack, err error) {
+		if err != nil {
+			st.failed.Add(1)
+			st.firstErr.CompareAndSwap(nil, err)
+		}
+		if ackLat != nil {
+			ackLat.acked(time.Now().UnixNano(), err == nil)
+		}
+	}
 	const progressEvery = 4096
 	stamp := start
 	for i := 0; i < cfg.Messages; i++ {
@@ -123,18 +134,24 @@ func produceOne(ctx context.Context, cfg *Config, c *client.Conn, id int, st *pr
 	if err := p.Close(); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
+	st.acks.add(ackLat) // Close has waited for every callback
 	return nil
 }
 
 func runProduce(ctx context.Context, cfg *Config) (*Result, error) {
 	bar := newProgress(cfg, int64(cfg.Messages*cfg.Producers), "producing")
-	st, err := produceAll(ctx, cfg, nil, bar.add)
+	var sends *sendLog
+	if cfg.Rate > 0 {
+		sends = newSendLog(cfg.Producers, cfg.Messages)
+	}
+	st, err := produceAll(ctx, cfg, sends, bar.add)
 	bar.finish()
 	if err != nil {
 		return nil, err
 	}
 	r := &Result{Mode: "produce", Messages: st.sent.Load(), Size: cfg.Size, Failed: st.failed.Load()}
 	r.setWindow(st.start, st.end)
+	st.acks.setResult(r)
 	if e, ok := st.firstErr.Load().(error); ok {
 		r.FirstError = e.Error()
 	}

@@ -52,6 +52,20 @@ type Result struct {
 	SendP99Us  float64 `json:"send_p99_us,omitempty"`
 	SendP999Us float64 `json:"send_p999_us,omitempty"`
 	SendMaxUs  float64 `json:"send_max_us,omitempty"`
+
+	// Ack*: produce and e2e at a fixed rate with acknowledgements (acklat.go): latency from
+	// each message's slot until its acknowledgement reached the producer, AckCount messages;
+	// AckSend* from the moment Send took it instead.
+	AckCount      int64   `json:"ack_count,omitempty"`
+	AckP50Us      float64 `json:"ack_p50_us,omitempty"`
+	AckP90Us      float64 `json:"ack_p90_us,omitempty"`
+	AckP99Us      float64 `json:"ack_p99_us,omitempty"`
+	AckP999Us     float64 `json:"ack_p999_us,omitempty"`
+	AckMaxUs      float64 `json:"ack_max_us,omitempty"`
+	AckSendP50Us  float64 `json:"ack_send_p50_us,omitempty"`
+	AckSendP99Us  float64 `json:"ack_send_p99_us,omitempty"`
+	AckSendP999Us float64 `json:"ack_send_p999_us,omitempty"`
+	AckSendMaxUs  float64 `json:"ack_send_max_us,omitempty"`
 }
 
 // setWindow records the measured interval [start, end] and the rates over it.
@@ -126,6 +140,12 @@ func (r *Result) WriteText(w io.Writer) {
 		}
 		if r.Kind != wire.KindDurable.String() { // a durable topic drops nothing: consumers read the log
 			fmt.Fprintf(w, "Dropped (subscriber fell behind the ring): %d\n", r.Dropped)
+		}
+	}
+	if r.AckCount > 0 {
+		fmt.Fprintf(w, "Produce-to-ack latency (us, %d messages): p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n", r.AckCount, r.AckP50Us, r.AckP90Us, r.AckP99Us, r.AckP999Us, r.AckMaxUs)
+		if r.AckSendP50Us > 0 {
+			fmt.Fprintf(w, "  from the actual send: p50 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n", r.AckSendP50Us, r.AckSendP99Us, r.AckSendP999Us, r.AckSendMaxUs)
 		}
 	}
 	if r.Failed > 0 {

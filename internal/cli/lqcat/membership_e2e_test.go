@@ -76,17 +76,17 @@ func TestClusterMembershipCommands(t *testing.T) {
 	e.expect(ExitUnknown, "orders", "", "cluster", "move", "-t", "orders", "-p", "5", "--replicas", "1,2")
 	e.expect(ExitUsage, "listed twice", "", "cluster", "move", "-t", "orders", "-p", "0", "--replicas", "1,1")
 	e.expect(ExitUsage, "needs -t TOPIC", "", "cluster", "move", "--replicas", "1")
-	e.expect(ExitFailed, "drain it first", "", "cluster", "remove-broker", fmt.Sprint(spare), "--no-drain")
-	e.expect(ExitUnknown, "no broker 7", "", "cluster", "drain", "7")
-
-	// remove-broker drains the spare (a replica now), waits, and removes it; through a broker
-	// other than the one removed.
+	// Through a broker other than the spare: a broker cannot remove itself.
 	via := members[0]
 	if spare == 1 {
 		via = members[1]
 	}
+	e.expect(ExitFailed, "drain it first", "", "-b", via.Addr(), "cluster", "remove-broker", fmt.Sprint(spare), "--no-drain")
+	e.expect(ExitUnknown, "no broker 7", "", "cluster", "drain", "7")
+
+	// remove-broker drains the spare (a replica now), waits, and removes it.
 	out := e.ok("", "-b", via.Addr(), "cluster", "remove-broker", fmt.Sprint(spare))
-	if !strings.Contains(out, fmt.Sprintf("broker %d is draining: 1 partitions moving off it", spare)) || !strings.Contains(out, fmt.Sprintf("removed broker %d", spare)) {
+	if !strings.Contains(out, fmt.Sprintf("broker %d is draining: ", spare)) || !strings.Contains(out, fmt.Sprintf("removed broker %d", spare)) {
 		t.Errorf("remove-broker: %q", out)
 	}
 	e.vars["LIGHTQ_BROKER"] = via.Addr()

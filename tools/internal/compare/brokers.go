@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/lightq/lightq/internal/certgen"
@@ -20,12 +21,15 @@ func (r *runner) tempDir(prefix string) string {
 	return d
 }
 
-// brokerRun is a running broker (LightQ or NATS) with a fresh data dir.
+// brokerRun is a running broker (LightQ or NATS) with a fresh data dir, or a cluster of them
+// (members, each with its own data dir under dir; srv is the one the clients use).
 type brokerRun struct {
-	srv  *server
-	addr string // LightQ host:port (plaintext) or NATS URL
-	mon  string // NATS monitoring URL
-	dir  string
+	srv     *server
+	members []*server
+	addr    string   // LightQ host:port (plaintext) or NATS URL
+	mon     string   // NATS monitoring URL
+	urls    []string // a NATS cluster's client URLs, one per member
+	dir     string
 	// conn is how the benchmark clients connect: the address flag and, over TLS, the CA.
 	conn []string
 
@@ -44,9 +48,25 @@ const (
 // stop stops the broker and removes its data directory, so that the next measurement
 // starts on a clean disk; the error says what could not be removed.
 func (b *brokerRun) stop() error {
-	b.srv.stop()
+	var wg sync.WaitGroup
+	for _, s := range b.servers() {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.stop() }()
+	}
+	wg.Wait()
 	if err := os.RemoveAll(b.dir); err != nil {
 		return fmt.Errorf("removing the data directory of %s: %w", b.srv.name, err)
+	}
+	return nil
+}
+
+// servers are the broker processes: a cluster's members, or the one broker.
+func (b *brokerRun) servers() []*server {
+	if b.members != nil {
+		return b.members
+	}
+	if b.srv != nil {
+		return []*server{b.srv}
 	}
 	return nil
 }

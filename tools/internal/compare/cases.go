@@ -111,7 +111,8 @@ func (r *runner) cases() []caseDef {
 			nats:   func(ctx context.Context) (sample, error) { return r.natsCore(ctx, overTLS, 1024, cfg.Msgs1K, 1) }})
 		out = append(out, r.tlsDurableCase())
 	}
-	out = append(out, r.sustainedCases()...) // durable and fsync: sustained.go
+	out = append(out, r.sustainedCases()...)  // durable and fsync: sustained.go
+	out = append(out, r.replicatedCases()...) // replicated.go
 	if want("latency") {
 		rows := func(transient bool) []rowDef {
 			var t *target

@@ -3,8 +3,8 @@
 // for several rounds, and prints one table: per case LightQ's median, NATS's median, and the
 // ratio with its min and max over rounds.
 //
-//	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,tls,fsync,latency,tcp,sizes]
-//	                       [-sustain-bytes 2GB] [-sustain-time 10s] [-work-dir DIR]
+//	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,tls,fsync,latency,tcp,sizes,replicated]
+//	                       [-sustain-bytes 2GB] [-sustain-time 10s] [-repl-bytes 2GB] [-work-dir DIR]
 //	                       [-doc docs/PERFORMANCE.md] [-svg docs/throughput-by-size.svg]
 //
 // The peer is pinned: nats-server v2.15.2 and the nats CLI v0.5.0 (its `nats bench` and
@@ -18,6 +18,8 @@
 // publisher rate = messages / (first send .. last ack or flush); subscriber rate = messages
 // / (first .. last message received); JetStream: file storage, 1 replica, async publish in
 // batches of 500, the server's default sync_interval (2 min) unless the case says always.
+// The replicated cases run three brokers of each: a LightQ cluster with the topic replicated
+// on all three and a JetStream cluster with a stream of three replicas (replicated.go).
 // Each measurement also records the CPU used by others and stolen by the hypervisor
 // (others_cpu_pct, steal_pct): high values mean a noisy figure.
 //
@@ -25,7 +27,9 @@
 //
 // Files: cli.go (Config, flags, Main), run.go (Run: build, rounds, report), cases.go (the
 // cases, their rows and targets), sustained.go (the durable and fsync cases, the disk
-// reference, free space), lightq.go and nats.go (each side's clients per case),
+// reference, free space), replicated.go (the replicated cases), cluster.go (three-broker
+// clusters of each), lqmeta.go (a LightQ partition's leader, from METADATA), lightq.go and
+// nats.go (each side's clients per case),
 // floors.go (relaylat and blast, no broker), brokers.go (starting a fresh broker), peers.go
 // (the pinned NATS peers), measure.go (one measurement), proc.go (processes, CPU, noise),
 // report.go (table, doc section, raw file), svg.go (the plot), scrape.go (-lightq-metrics).
@@ -61,9 +65,12 @@ type Config struct {
 	// The sustained durable cases: a LightQ measurement and the disk reference move
 	// SustainBytes, a NATS one publishes for at least SustainTime; their client runs are
 	// bounded by SustainTimeout.
-	SustainBytes     int64
-	SustainTime      time.Duration
-	SustainTimeout   time.Duration
+	SustainBytes   int64
+	SustainTime    time.Duration
+	SustainTimeout time.Duration
+	// ReplBytes is what each replicated LightQ measurement and its single-node reference
+	// produce (0: SustainBytes); NATS's side publishes for SustainTime.
+	ReplBytes        int64
 	WorkDir          string // where the brokers' data and the disk reference go ("" = the temp dir)
 	LatencyRate      int
 	LatencyDuration  time.Duration
@@ -90,7 +97,7 @@ const (
 	natsCLIModule     = "github.com/nats-io/natscli/nats"
 )
 
-var allCases = []string{"transient", "fanout", "durable", "tls", "fsync", "latency", "tcp", "sizes"}
+var allCases = []string{"transient", "fanout", "durable", "tls", "fsync", "latency", "tcp", "sizes", "replicated"}
 
 func defaultConfig() Config {
 	cache, err := os.UserCacheDir()
@@ -127,6 +134,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.FanoutMsgs, "msgs-fanout", cfg.FanoutMsgs, "messages published in the fan-out case (each subscriber gets all)")
 	fs.IntVar(&cfg.FanoutSubs, "fanout", cfg.FanoutSubs, "subscribers in the fan-out case")
 	fs.Var((*size.Value)(&cfg.SustainBytes), "sustain-bytes", "durable and fsync cases: payload bytes each LightQ measurement and disk reference moves (with a unit: 2GB)")
+	fs.Var((*size.Value)(&cfg.ReplBytes), "repl-bytes", "replicated cases: payload bytes each LightQ measurement (replicated, and single-node for reference) produces (default: -sustain-bytes)")
 	fs.DurationVar(&cfg.SustainTime, "sustain-time", cfg.SustainTime, "durable and fsync cases: NATS publishes for at least this long")
 	fs.DurationVar(&cfg.SustainTimeout, "sustain-timeout", cfg.SustainTimeout, "bound on each client run of the durable and fsync cases")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the brokers' data and the disk reference (default: the temp dir; it must be on the disk to measure, not tmpfs)")

@@ -36,7 +36,7 @@ func TestSmoke(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg.DocPath, cfg.SVGPath, cfg.RawPath = filepath.Join(dir, "PERF.md"), filepath.Join(dir, "plot.svg"), filepath.Join(dir, "raw.json")
-	if err := os.WriteFile(cfg.DocPath, []byte("# title\n\n"+docBegin+"\nold\n"+docEnd+"\n\nafter\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg.DocPath, []byte("# title\n\n"+docBegin+"\nold\n"+docEnd+"\n\nafter\n\n"+docReplBegin+"\nold\n"+docReplEnd+"\n\nend\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
@@ -88,7 +88,9 @@ func TestSmoke(t *testing.T) {
 	t.Logf("table:\n%s", table.String())
 	for _, want := range []string{"transient 100 B", "acks=none as NATS core", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
 		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99",
-		"x the floor (", "relay ", "produce then read back", "produce and consume at once", "% of the disk (", "disk reference MB/s (group-commit", "CPU s/GB, all three", "x TCP's ("} {
+		"x the floor (", "relay ", "produce then read back", "produce and consume at once", "% of the disk (", "disk reference MB/s (group-commit", "CPU s/GB, all three", "x TCP's (",
+		"replicated x3, durable 100 B, acks 1, fsync=interval=2m", "replicated x3, durable 1024 B, acks 2, fsync=always", "% of single-node (",
+		"x single-node's (", "produce-to-ack p99 us", "single-node p99 us", "leader ", "follower 2 "} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -105,14 +107,27 @@ func TestSmoke(t *testing.T) {
 	if s := rep.data["latency-floor"]["lightq"][0]; s != nil && !(s["relay_cpu_pct"] > 0 && s["clients_cpu_pct"] > 0) {
 		t.Errorf("latency floor: CPU not split between relay and clients: %v", s)
 	}
+	// A replicated case: every broker of the cluster reported under its role, the followers'
+	// CPU per GB adding up, and the single-node reference's as one broker's.
+	for _, side := range cfg.Brokers {
+		s := rep.data["replicated-1024-acks1"][side][0]
+		if s == nil || !(s["leader_cpu_pct"] > 0 && s["follower1_cpu_pct"] > 0 && s["follower2_cpu_pct"] > 0) ||
+			math.Abs(s["cpu_gb_follower1"]+s["cpu_gb_follower2"]-s["cpu_gb_followers"]) > 1e-9 || s["server_cpu_pct"] != 0 {
+			t.Errorf("replicated-1024-acks1 %s: CPU by member %v", side, s)
+		}
+	}
+	if s := rep.data["replicated-1024-acks1"]["ref"][0]; s == nil || !(s["server_cpu_pct"] > 0 && s["cpu_gb_broker"] > 0) || s["leader_cpu_pct"] != 0 {
+		t.Errorf("replicated-1024-acks1 single-node reference: %v", s)
+	}
 
 	doc, err := os.ReadFile(cfg.DocPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := string(doc); !strings.HasPrefix(s, "# title\n\n"+docBegin) || !strings.HasSuffix(s, docEnd+"\n\nafter\n") ||
-		strings.Contains(s, "\nold\n") || !strings.Contains(s, "| transient 100 B (NATS core) |") {
-		t.Errorf("doc section not replaced in place:\n%s", s)
+	if s := string(doc); !strings.HasPrefix(s, "# title\n\n"+docBegin) || !strings.Contains(s, docEnd+"\n\nafter\n\n"+docReplBegin) ||
+		!strings.HasSuffix(s, docReplEnd+"\n\nend\n") || strings.Contains(s, "\nold\n") || !strings.Contains(s, "| transient 100 B (NATS core) |") ||
+		!strings.Contains(s[strings.Index(s, docReplBegin):], "| replicated x3, durable 1024 B, acks 2") {
+		t.Errorf("doc sections not replaced in place:\n%s", s)
 	}
 	svg, err := os.ReadFile(cfg.SVGPath)
 	if err != nil {
@@ -125,7 +140,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("SVG has %d points, want >= 4", n)
 	}
 	if raw, err := os.ReadFile(cfg.RawPath); err != nil || !bytes.Contains(raw, []byte(`"case": "tcp"`)) ||
-		!bytes.Contains(raw, []byte(`"case": "latency-floor"`)) {
+		!bytes.Contains(raw, []byte(`"case": "latency-floor"`)) || !bytes.Contains(raw, []byte(`"case": "replicated-latency-acks2"`)) {
 		t.Errorf("raw JSON: %v %.200s", err, raw)
 	}
 

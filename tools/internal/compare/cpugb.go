@@ -167,8 +167,14 @@ func (s *cpuSampler) window(t0, t1 int64) map[string]float64 {
 	return out
 }
 
-// cpuRoles of the CPU-per-GB figures: the sample key of each role's figure.
-var cpuGBKeys = []struct{ role, key string }{{"server", "cpu_gb_broker"}, {"pub", "cpu_gb_pub"}, {"sub", "cpu_gb_sub"}}
+// cpuGBKey is the sample key of a role's CPU-per-GB figure: cpu_gb_broker for the one
+// broker ("server"), cpu_gb_<role> for the others (pub, sub, leader, follower1, ...).
+func cpuGBKey(role string) string {
+	if role == "server" {
+		return "cpu_gb_broker"
+	}
+	return "cpu_gb_" + role
+}
 
 // perGB turns the CPU seconds of each role over an interval that moved bytes into CPU
 // seconds per GB (1e9 bytes), per role and in total.
@@ -176,10 +182,8 @@ func perGB(cpu map[string]float64, bytes float64) sample {
 	s := sample{}
 	gb := bytes / 1e9
 	var total float64
-	for _, k := range cpuGBKeys {
-		s[k.key] = cpu[k.role] / gb
-	}
-	for _, v := range cpu {
+	for role, v := range cpu {
+		s[cpuGBKey(role)] = v / gb
 		total += v
 	}
 	s["cpu_gb_total"] = total / gb
@@ -189,8 +193,8 @@ func perGB(cpu map[string]float64, bytes float64) sample {
 // sampleCPU starts sampling the broker and every client made from now on; measure stops it.
 func (m *meas) sampleCPU() {
 	m.cpu = newCPUSampler(proccpu.Seconds)
-	if m.b.srv != nil {
-		m.cpu.track("server", m.b.srv.cmd.Process.Pid, time.Time{})
+	for _, s := range m.b.servers() {
+		m.cpu.track(s.role, s.cmd.Process.Pid, time.Time{})
 	}
 }
 
@@ -200,10 +204,17 @@ func (m *meas) cpuPerGB(t0, t1 int64, bytes float64) {
 	if m.cpu == nil || t1 <= t0 || !(bytes > 0) {
 		return
 	}
-	for k, v := range perGB(m.cpu.window(t0, t1), bytes) {
+	cpu := m.cpu.window(t0, t1)
+	for k, v := range perGB(cpu, bytes) {
 		m.s[k] = v
 	}
 	m.s["cpu_window_s"] = float64(t1-t0) / 1e9
+	var total float64
+	for _, v := range cpu {
+		total += v
+	}
+	// Cores the measured processes kept busy on average over the interval.
+	m.s["cpu_cores"] = total / (float64(t1-t0) / 1e9)
 }
 
 // cpuGBRows are the table rows of the CPU-per-GB figures.

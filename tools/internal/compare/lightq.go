@@ -38,6 +38,15 @@ type lqResult struct {
 	SendP99  float64 `json:"send_p99_us"`
 	SendP999 float64 `json:"send_p999_us"`
 	SendMax  float64 `json:"send_max_us"`
+	// produce at a fixed rate: produce-to-ack latency, from the slot and from the actual send.
+	AckCount    int64   `json:"ack_count"`
+	AckP50      float64 `json:"ack_p50_us"`
+	AckP99      float64 `json:"ack_p99_us"`
+	AckP999     float64 `json:"ack_p999_us"`
+	AckMax      float64 `json:"ack_max_us"`
+	AckSendP50  float64 `json:"ack_send_p50_us"`
+	AckSendP99  float64 `json:"ack_send_p99_us"`
+	AckSendP999 float64 `json:"ack_send_p999_us"`
 }
 
 func parseLQ(c *client) (*lqResult, error) {
@@ -132,10 +141,8 @@ func (r *runner) lqTransient(ctx context.Context, tr transport, size, msgs, subs
 	})
 }
 
-// lqDurable: a sustained durable case: -sustain-bytes of size-byte messages produced by
-// `lqbench produce` and consumed by `lqbench consume` from the beginning of the log, after
-// the producer is done (thenReadBack) or while it produces (atOnce: the consumer starts
-// first; whichever of the two comes first creates the topic, with the same options).
+// lqDurable: a sustained durable case on a fresh lightq broker: lqDurableRun of
+// -sustain-bytes.
 func (r *runner) lqDurable(ctx context.Context, tr transport, size int, fsync, acks string, sh shape) (sample, error) {
 	if err := r.checkDisk(); err != nil {
 		return nil, err
@@ -145,52 +152,67 @@ func (r *runner) lqDurable(ctx context.Context, tr transport, size int, fsync, a
 		return nil, err
 	}
 	return r.measure(ctx, b, func(m *meas) error {
-		m.timeout = r.cfg.SustainTimeout
-		n := sustainMsgs(r.cfg.SustainBytes, size)
-		topic := []string{"-t", "bench", "--kind", "durable", "--fsync", fsync, "-s", strconv.Itoa(size), "-m", strconv.Itoa(n)}
-		consume := func() *client {
-			return m.lqbench(ctx, "sub", slices.Concat([]string{"consume"}, topic, []string{"--idle", "10s"})...)
-		}
-		var sub *client
-		if sh == atOnce {
-			sub = consume()
-			if err := sub.start(); err != nil {
-				return err
-			}
-		}
-		pub := m.lqbench(ctx, "pub", slices.Concat([]string{"produce"}, topic,
-			[]string{"--acks", acks, "--batch", strconv.Itoa(lqBatch), "--inflight", strconv.Itoa(lqInflight)})...)
-		perr := pub.run()
-		var serr error
-		switch {
-		case sub != nil && perr != nil:
-			sub.cancel()
-			_ = sub.wait()
-		case sub != nil:
-			serr = sub.wait()
-		case perr == nil:
-			sub = consume()
-			serr = sub.run()
-		}
-		if err := errors.Join(perr, serr); err != nil {
-			return err
-		}
-		p, err := parseLQ(pub)
-		if err != nil {
-			return err
-		}
-		s, err := parseLQ(sub)
-		if err != nil {
-			return err
-		}
-		if p.Messages != int64(n) || s.Messages != int64(n) {
-			return fmt.Errorf("produced %d and consumed %d of %d messages", p.Messages, s.Messages, n)
-		}
-		m.s.setProduced(n, p.Seconds, size)
-		m.s["sub"] = s.MsgsPerSec
-		m.s["sub_mb"] = s.MsgsPerSec * float64(size) / 1e6
-		return nil
+		return m.lqDurableRun(ctx, r.cfg.SustainBytes, size, fsync, acks, sh, false)
 	})
+}
+
+// lqDurableRun: bytes of size-byte messages produced by `lqbench produce` and consumed by
+// `lqbench consume` from the beginning of the log, after the producer is done (thenReadBack)
+// or while it produces (atOnce: the consumer starts first; whichever of the two comes first
+// creates the topic, with the same options), both on the broker m.b.conn names. With cpu,
+// CPU seconds per GB are recorded over the producer's measured interval.
+func (m *meas) lqDurableRun(ctx context.Context, bytes int64, size int, fsync, acks string, sh shape, cpu bool) error {
+	m.timeout = m.r.cfg.SustainTimeout
+	if cpu {
+		m.sampleCPU()
+	}
+	n := sustainMsgs(bytes, size)
+	topic := []string{"-t", "bench", "--kind", "durable", "--fsync", fsync, "-s", strconv.Itoa(size), "-m", strconv.Itoa(n)}
+	consume := func() *client {
+		return m.lqbench(ctx, "sub", slices.Concat([]string{"consume"}, topic, []string{"--idle", "10s"})...)
+	}
+	var sub *client
+	if sh == atOnce {
+		sub = consume()
+		if err := sub.start(); err != nil {
+			return err
+		}
+	}
+	pub := m.lqbench(ctx, "pub", slices.Concat([]string{"produce"}, topic,
+		[]string{"--acks", acks, "--batch", strconv.Itoa(lqBatch), "--inflight", strconv.Itoa(lqInflight)})...)
+	perr := pub.run()
+	var serr error
+	switch {
+	case sub != nil && perr != nil:
+		sub.cancel()
+		_ = sub.wait()
+	case sub != nil:
+		serr = sub.wait()
+	case perr == nil:
+		sub = consume()
+		serr = sub.run()
+	}
+	if err := errors.Join(perr, serr); err != nil {
+		return err
+	}
+	p, err := parseLQ(pub)
+	if err != nil {
+		return err
+	}
+	s, err := parseLQ(sub)
+	if err != nil {
+		return err
+	}
+	if p.Messages != int64(n) || s.Messages != int64(n) {
+		return fmt.Errorf("produced %d and consumed %d of %d messages", p.Messages, s.Messages, n)
+	}
+	m.s.setProduced(n, p.Seconds, size)
+	m.s["sub"] = s.MsgsPerSec
+	m.s["sub_mb"] = s.MsgsPerSec * float64(size) / 1e6
+	if cpu {
+		m.cpuPerGB(p.StartNs, p.EndNs, float64(n)*float64(size))
+	}
+	return nil
 }
 
 // lqLatency: lqbench e2e at a fixed rate (open loop; latency from the intended send time).

@@ -15,7 +15,7 @@ type meas struct {
 	s       sample
 	clients map[string][]*client
 	start   time.Time
-	srvCPU  float64
+	srvCPU  []float64 // each of b.servers()'s CPU seconds at the start
 	noise   *noiseMeter
 	timeout time.Duration // bound on each client run; 0 = -run-timeout
 	cpu     *cpuSampler   // set by sampleCPU: CPU seconds per GB over a measured interval
@@ -28,7 +28,7 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 		b = &brokerRun{}
 	}
 	defer func() {
-		if b.srv != nil {
+		if len(b.servers()) > 0 {
 			if err := b.stop(); err != nil {
 				r.logf("%v", err)
 			}
@@ -41,12 +41,19 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 		}
 	}()
 	idle := waitQuiet(ctx, r.cfg.QuietIdle, r.cfg.QuietWait, r.logf)
-	live := func() float64 { return 0 }
-	if b.srv != nil {
-		live = b.srv.cpuSeconds
+	srvs := b.servers()
+	live := func() float64 {
+		var sum float64
+		for _, s := range srvs {
+			sum += s.cpuSeconds()
+		}
+		return sum
 	}
 	m.noise = startNoise(live)
-	m.srvCPU = live()
+	m.srvCPU = make([]float64, len(srvs))
+	for i, s := range srvs {
+		m.srvCPU[i] = s.cpuSeconds()
+	}
 	m.start = time.Now()
 	var sc *scraper
 	if b.metricsURL != "" {
@@ -63,11 +70,11 @@ func (r *runner) measure(ctx context.Context, b *brokerRun, body func(m *meas) e
 	}
 	wall := time.Since(m.start).Seconds()
 	others, steal := m.noise.end()
-	if b.srv != nil {
-		if err := b.srv.exited(); err != nil {
+	for i, s := range srvs {
+		if err := s.exited(); err != nil {
 			return nil, err
 		}
-		m.s["server_cpu_pct"] = 100 * (live() - m.srvCPU) / wall
+		m.s[s.role+"_cpu_pct"] = 100 * (s.cpuSeconds() - m.srvCPU[i]) / wall
 	}
 	for role, cs := range m.clients {
 		var cpu float64

@@ -104,10 +104,7 @@ func (r *runner) natsCore(ctx context.Context, tr transport, size, msgs, subs in
 }
 
 // natsJS: a sustained durable case on a JetStream file stream (1 replica, async publish in
-// batches, as peers.sh): publish for at least -sustain-time, then (thenReadBack) an ordered
-// consumer reads everything. atOnce: publishing for a tenth of that (which also creates the
-// stream with nats bench's own settings) gives the rate and is purged; then the ordered
-// consumer starts and a publisher sends enough messages for -sustain-time while it reads.
+// batches, as peers.sh) on a fresh nats-server: natsJSRun.
 func (r *runner) natsJS(ctx context.Context, tr transport, size int, syncInterval string, sh shape) (sample, error) {
 	if err := r.checkDisk(); err != nil {
 		return nil, err
@@ -116,70 +113,92 @@ func (r *runner) natsJS(ctx context.Context, tr transport, size int, syncInterva
 	if err != nil {
 		return nil, err
 	}
-	return r.measure(ctx, b, func(m *meas) error {
-		m.timeout = r.cfg.SustainTimeout
-		sz := strconv.Itoa(size)
-		publish := func(n int) (*client, float64, error) {
-			pub := m.nats(ctx, "pub", "bench", "js", "pub", "async", "bench.js", "--create", "--storage", "file", "--replicas", "1",
-				"--maxbytes", strconv.FormatInt(r.natsMaxBytes(), 10), "--batch", strconv.Itoa(r.cfg.JSBatch), "--msgs", strconv.Itoa(n), "--size", sz, "--no-progress")
-			if err := pub.run(); err != nil {
-				return pub, 0, err
-			}
-			rate, err := natsRate(clientOut(pub))
-			return pub, rate, err
+	return r.measure(ctx, b, func(m *meas) error { return m.natsJSRun(ctx, size, sh, 1, false) })
+}
+
+// natsJSPubArgs are the `nats bench js pub async` arguments that publish n size-byte
+// messages into benchstream (file storage, replicas replicas, created or checked first).
+func (r *runner) natsJSPubArgs(size, n, replicas int) []string {
+	return []string{"bench", "js", "pub", "async", "bench.js", "--create", "--storage", "file", "--replicas", strconv.Itoa(replicas),
+		"--maxbytes", strconv.FormatInt(r.natsMaxBytes(), 10), "--batch", strconv.Itoa(r.cfg.JSBatch), "--msgs", strconv.Itoa(n),
+		"--size", strconv.Itoa(size), "--no-progress"}
+}
+
+// natsJSRun publishes for at least -sustain-time, then (thenReadBack) an ordered consumer
+// reads everything. atOnce: publishing for a tenth of that (which also creates the stream
+// with nats bench's own settings) gives the rate and is purged; then the ordered consumer
+// starts and a publisher sends enough messages for -sustain-time while it reads. With cpu,
+// CPU seconds per GB are recorded over the publishing: from the first publisher's start to
+// the last one's exit (nats bench prints no times).
+func (m *meas) natsJSRun(ctx context.Context, size int, sh shape, replicas int, cpu bool) error {
+	r := m.r
+	m.timeout = r.cfg.SustainTimeout
+	if cpu {
+		m.sampleCPU()
+	}
+	sz := strconv.Itoa(size)
+	var pubs []*client
+	publish := func(n int) (float64, error) {
+		pub := m.nats(ctx, "pub", r.natsJSPubArgs(size, n, replicas)...)
+		pubs = append(pubs, pub)
+		if err := pub.run(); err != nil {
+			return 0, err
 		}
-		ordered := func(n int) *client {
-			return m.nats(ctx, "sub", "bench", "js", "ordered", "--msgs", strconv.Itoa(n), "--size", sz, "--no-progress")
-		}
-		minSecs := r.cfg.SustainTime.Seconds()
-		var total int
-		var secs float64
-		var sub *client
-		switch sh {
-		case thenReadBack:
-			total, secs, err = natsProduceFor(minSecs, func(n int) (float64, error) {
-				_, rate, err := publish(n)
-				return rate, err
-			})
-			if err != nil {
-				return err
-			}
-			sub = ordered(total)
-			if err := sub.run(); err != nil {
-				return err
-			}
-		case atOnce:
-			n, t, err := natsProduceFor(natsCalibration(minSecs), func(n int) (float64, error) {
-				_, rate, err := publish(n)
-				return rate, err
-			})
-			if err != nil {
-				return err
-			}
-			if err := m.nats(ctx, "admin", "stream", "purge", "benchstream", "-f").run(); err != nil {
-				return err
-			}
-			total = natsAtOnceCount(float64(n)/t, minSecs)
-			sub = ordered(total)
-			if err := sub.start(); err != nil {
-				return err
-			}
-			_, rate, perr := publish(total)
-			serr := sub.wait()
-			if err := errors.Join(perr, serr); err != nil {
-				return err
-			}
-			secs = float64(total) / rate
-		}
-		s, err := natsRate(clientOut(sub))
+		return natsRate(clientOut(pub))
+	}
+	ordered := func(n int) *client {
+		return m.nats(ctx, "sub", "bench", "js", "ordered", "--msgs", strconv.Itoa(n), "--size", sz, "--no-progress")
+	}
+	minSecs := r.cfg.SustainTime.Seconds()
+	var total int
+	var secs float64
+	var sub *client
+	var err error
+	switch sh {
+	case thenReadBack:
+		total, secs, err = natsProduceFor(minSecs, publish)
 		if err != nil {
 			return err
 		}
-		m.s.setProduced(total, secs, size)
-		m.s["sub"] = s
-		m.s["sub_mb"] = s * float64(size) / 1e6
-		return nil
-	})
+		if cpu && len(pubs) > 0 {
+			m.cpuPerGB(pubs[0].startedAt.UnixNano(), pubs[len(pubs)-1].exitedAt.UnixNano(), float64(total)*float64(size))
+		}
+		sub = ordered(total)
+		if err := sub.run(); err != nil {
+			return err
+		}
+	case atOnce:
+		n, t, err := natsProduceFor(natsCalibration(minSecs), publish)
+		if err != nil {
+			return err
+		}
+		if err := m.nats(ctx, "admin", "stream", "purge", "benchstream", "-f").run(); err != nil {
+			return err
+		}
+		total = natsAtOnceCount(float64(n)/t, minSecs)
+		sub = ordered(total)
+		if err := sub.start(); err != nil {
+			return err
+		}
+		first := len(pubs)
+		rate, perr := publish(total)
+		serr := sub.wait()
+		if err := errors.Join(perr, serr); err != nil {
+			return err
+		}
+		secs = float64(total) / rate
+		if cpu {
+			m.cpuPerGB(pubs[first].startedAt.UnixNano(), pubs[first].exitedAt.UnixNano(), float64(total)*float64(size))
+		}
+	}
+	s, err := natsRate(clientOut(sub))
+	if err != nil {
+		return err
+	}
+	m.s.setProduced(total, secs, size)
+	m.s["sub"] = s
+	m.s["sub_mb"] = s * float64(size) / 1e6
+	return nil
 }
 
 // natsLatency: `nats latency` with both connections on the one server, at the fixed rate.

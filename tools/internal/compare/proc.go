@@ -19,6 +19,7 @@ import (
 // server is a broker process started by this tool in its own process group.
 type server struct {
 	name string
+	role string // what its CPU is reported as: "server", or in a cluster "leader", "follower1", ...
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
 	done chan struct{}
@@ -37,7 +38,7 @@ func startServer(name string, env []string, path string, args ...string) (*serve
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	s := &server{name: name, cmd: cmd, log: &out, done: make(chan struct{})}
+	s := &server{name: name, role: "server", cmd: cmd, log: &out, done: make(chan struct{})}
 	go func() { s.err = cmd.Wait(); close(s.done) }()
 	return s, nil
 }
@@ -175,6 +176,21 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePorts returns n distinct loopback TCP ports nobody listens on now: all are held open
+// until every one is picked, since freePort called n times in a row may get one back twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // waitPort waits until something accepts connections on 127.0.0.1:port, the server dies, or

@@ -71,7 +71,13 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 		logf("nats-server %s and nats CLI %s from %s", natsServerVersion, natsCLIVersion, filepath.Dir(r.natsServerPath))
 	}
 	cases := r.cases()
-	if slices.ContainsFunc(cases, isSustained) {
+	replicated := slices.ContainsFunc(cases, func(c caseDef) bool { return c.family == "replicated" })
+	if replicated {
+		if err := r.checkDiskFor(r.replBytes(), clusterSize); err != nil {
+			return nil, fmt.Errorf("refusing to start: %w", err)
+		}
+	}
+	if slices.ContainsFunc(cases, isSustained) || replicated {
 		if err := r.checkDisk(); err != nil {
 			return nil, fmt.Errorf("refusing to start: %w", err)
 		}

@@ -13,6 +13,9 @@ func smoke(cfg Config) Config {
 	// the 10 ms ticks of the CPU-per-GB figures.
 	cfg.Msgs100, cfg.Msgs1K, cfg.FanoutMsgs, cfg.FanoutSubs = 3000, 100_000, 1000, 2
 	cfg.SustainBytes, cfg.SustainTime, cfg.SustainTimeout = 4e6, 300*time.Millisecond, 60*time.Second
+	// Enough for every broker of a replicated case to use some CPU within the producer's
+	// interval (its CPU-per-GB rows), a few hundred ms.
+	cfg.ReplBytes = 40e6
 	cfg.LatencyRate, cfg.LatencyDuration = 2000, time.Second
 	cfg.TCPBytes = 512 << 20
 	cfg.PlotSizes, cfg.PlotBytes = []int{16, 4096}, 1 // 10,000 messages each (the minimum)

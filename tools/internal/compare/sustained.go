@@ -101,9 +101,15 @@ func (s sample) short(cfg Config) bool {
 
 // shortNote lists the measurements that were not sustained, for under the table; "" when
 // there are none.
-func (r *report) shortNote() string {
+func (r *report) shortNote() string { return r.shortNoteOf(func(caseDef) bool { return true }) }
+
+// shortNoteOf is shortNote for the cases keep selects.
+func (r *report) shortNoteOf(keep func(caseDef) bool) string {
 	var list []string
 	for _, c := range r.cases {
+		if !keep(c) {
+			continue
+		}
 		for _, side := range sides {
 			for i, s := range r.data[c.id][side] {
 				if s != nil && s["short"] > 0 {
@@ -118,17 +124,22 @@ func (r *report) shortNote() string {
 	return "Not sustained (below both the bytes and the time asked): " + strings.Join(list, "; ") + ".\n"
 }
 
-// isSustained reports whether a case writes -sustain-bytes to the disk.
+// isSustained reports whether a case writes -sustain-bytes to the disk (the replicated
+// cases write -repl-bytes to each broker's).
 func isSustained(c caseDef) bool { return c.family == "durable" || c.family == "fsync" }
 
-// diskNeed is the free space a sustained measurement needs: the bytes, a quarter more for
-// LightQ's record framing and NATS's per-message overhead, and 256 MiB to spare.
-func (r *runner) diskNeed() int64 { return r.cfg.SustainBytes*5/4 + 256<<20 }
+// diskNeed is the free space a sustained measurement needs for copies copies of bytes: a
+// quarter more for LightQ's record framing and NATS's per-message overhead, and 256 MiB to
+// spare.
+func diskNeed(bytes int64, copies int) int64 { return int64(copies)*(bytes*5/4) + 256<<20 }
 
-// checkDisk refuses a sustained measurement when the work directory's disk lacks the space,
-// saying what earlier runs left behind.
-func (r *runner) checkDisk() error {
-	err := diskfree.Check(r.work, r.diskNeed())
+// checkDisk refuses a sustained measurement of -sustain-bytes when the work directory's disk
+// lacks the space, saying what earlier runs left behind.
+func (r *runner) checkDisk() error { return r.checkDiskFor(r.cfg.SustainBytes, 1) }
+
+// checkDiskFor is checkDisk for copies copies of bytes (a replicated topic's, one per broker).
+func (r *runner) checkDiskFor(bytes int64, copies int) error {
+	err := diskfree.Check(r.work, diskNeed(bytes, copies))
 	if err == nil {
 		return nil
 	}
@@ -137,8 +148,12 @@ func (r *runner) checkDisk() error {
 		note = fmt.Sprintf("; %d earlier run(s) left %.2f GB in %s: remove them if no compare is running",
 			n, gb, filepath.Join(filepath.Dir(r.work), workPrefix+"*"))
 	}
-	return fmt.Errorf("%w for a sustained measurement (-sustain-bytes %d x 1.25 + 256 MiB; pass a smaller -sustain-bytes or a -work-dir with room)%s",
-		err, r.cfg.SustainBytes, note)
+	what := fmt.Sprintf("-sustain-bytes %d x 1.25 + 256 MiB", bytes)
+	if copies > 1 {
+		what = fmt.Sprintf("%d copies of %d bytes x 1.25 + 256 MiB", copies, bytes)
+	}
+	return fmt.Errorf("%w for a sustained measurement (%s; pass a smaller -sustain-bytes or a -work-dir with room)%s",
+		err, what, note)
 }
 
 // workPrefix names the work directories of runs of this tool.

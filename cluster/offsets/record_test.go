@@ -1,0 +1,281 @@
+package offsets
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"strings"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lightq/lightq/wire"
+)
+
+func str(s string) []byte { return wire.AppendString(nil, s) }
+func i64(v int64) []byte  { return wire.AppendI64(nil, v) }
+func u32(v uint32) []byte { return wire.AppendU32(nil, v) }
+func cat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+var testKey = Key{Topic: "orders", Created: 1700000000000, Group: "billing", Partition: 3}
+
+// TestRecordRoundTrip: commits and drops encode and decode back, in an entry too.
+func TestRecordRoundTrip(t *testing.T) {
+	for _, rec := range []record{
+		{kind: kindCommit, key: testKey, offset: 120},
+		{kind: kindCommit, key: Key{Topic: strings.Repeat("t", wire.MaxTopicName), Created: -1, Group: strings.Repeat("é", 127), Partition: 1<<32 - 1}, offset: 1<<63 - 1},
+		{kind: kindCommit, key: Key{Topic: "t", Group: "g"}, offset: 0},
+		{kind: kindDrop, key: Key{Topic: "orders", Created: 5}},
+	} {
+		b := appendRecord(nil, &rec)
+		got, err := decodeRecord(b)
+		if err != nil || got != rec {
+			t.Fatalf("%+v: decoded %+v, %v", rec, got, err)
+		}
+		e, err := decodeEntry(encodeEntry(&rec))
+		if err != nil || e != rec {
+			t.Fatalf("%+v: from the entry %+v, %v", rec, e, err)
+		}
+	}
+}
+
+// TestRecordRefusals: every way a record can be wrong is refused with ErrMalformed.
+func TestRecordRefusals(t *testing.T) {
+	good := cat([]byte{1, kindCommit}, str("orders"), i64(1), str("g"), u32(0), i64(5))
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"version 2", cat([]byte{2, kindCommit}, good[2:])},
+		{"kind 0", cat([]byte{1, 0}, str("orders"), i64(1))},
+		{"kind 3", cat([]byte{1, 3}, str("orders"), i64(1))},
+		{"truncated", good[:len(good)-1]},
+		{"trailing byte", cat(good, []byte{0})},
+		{"drop with commit fields", cat([]byte{1, kindDrop}, good[2:])},
+		{"bad topic name", cat([]byte{1, kindCommit}, str("a/b"), i64(1), str("g"), u32(0), i64(5))},
+		{"topic 250", cat([]byte{1, kindCommit}, str(strings.Repeat("t", 250)), i64(1), str("g"), u32(0), i64(5))},
+		{"empty group", cat([]byte{1, kindCommit}, str("orders"), i64(1), str(""), u32(0), i64(5))},
+		{"group with NUL", cat([]byte{1, kindCommit}, str("orders"), i64(1), str("g\x00"), u32(0), i64(5))},
+		{"negative offset", cat([]byte{1, kindCommit}, str("orders"), i64(1), str("g"), u32(0), i64(-1))},
+		{"drop of a bad topic", cat([]byte{1, kindDrop}, str(".."), i64(1))},
+		{"over the limit", make([]byte, maxRecord+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := decodeRecord(tc.b); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("decodeRecord: %v, want ErrMalformed", err)
+			}
+		})
+	}
+	if _, err := decodeRecord(good); err != nil {
+		t.Fatalf("the good record: %v", err)
+	}
+}
+
+// TestEntryRefusals: an entry must be one uncompressed record in a valid batch.
+func TestEntryRefusals(t *testing.T) {
+	rec := record{kind: kindCommit, key: testKey, offset: 9}
+	value := appendRecord(nil, &rec)
+	two := func() []byte {
+		var bb wire.BatchBuilder
+		bb.SetMagic(wire.BatchMagic2)
+		bb.Append(1, nil, value, nil)
+		bb.Append(2, nil, value, nil)
+		b, _ := bb.Finish(wire.CodecNone, nil)
+		return bytes.Clone(b)
+	}()
+	flipped := encodeEntry(&rec)
+	flipped[len(flipped)-1] ^= 1
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"not a batch", value},
+		{"two records", two},
+		{"bad crc", flipped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := decodeEntry(tc.b); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("decodeEntry: %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func testState() *state {
+	s := newState()
+	s.apply(7, &record{kind: kindCommit, key: testKey, offset: 10})
+	s.apply(8, &record{kind: kindCommit, key: Key{Topic: "orders", Created: 1700000000000, Group: "audit", Partition: 0}, offset: 0})
+	s.apply(9, &record{kind: kindCommit, key: Key{Topic: "a", Created: 2, Group: "billing", Partition: 1}, offset: 1 << 40})
+	s.apply(10, &record{kind: kindCommit, key: testKey, offset: 11})
+	return s
+}
+
+// TestStateApply: commits replace, drops remove one topic creation, and the counts follow.
+func TestStateApply(t *testing.T) {
+	s := testState()
+	if len(s.offsets) != 3 || s.offsets[testKey] != 11 || s.index != 10 || len(s.topics) != 2 {
+		t.Fatalf("state %+v", s)
+	}
+	want := testKey.size() + (&Key{Topic: "orders", Group: "audit"}).size() + (&Key{Topic: "a", Group: "billing"}).size()
+	if s.bytes != want {
+		t.Fatalf("bytes %d, want %d", s.bytes, want)
+	}
+	s.apply(11, &record{kind: kindDrop, key: Key{Topic: "orders", Created: 1}}) // another creation
+	if len(s.offsets) != 3 {
+		t.Fatalf("a drop of another creation removed keys: %d left", len(s.offsets))
+	}
+	s.apply(12, &record{kind: kindDrop, key: Key{Topic: "orders", Created: 1700000000000}})
+	if len(s.offsets) != 1 || len(s.topics) != 1 || s.bytes != (&Key{Topic: "a", Group: "billing"}).size() || s.index != 12 {
+		t.Fatalf("after the drop: %+v", s)
+	}
+}
+
+// TestStateRoundTrip: a state's snapshot decodes to the same state and encodes to the same
+// bytes.
+func TestStateRoundTrip(t *testing.T) {
+	for _, s := range []*state{newState(), testState()} {
+		b := appendState(nil, s)
+		got, err := decodeState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.index != s.index || len(got.offsets) != len(s.offsets) || got.bytes != s.bytes || len(got.topics) != len(s.topics) {
+			t.Fatalf("decoded %+v, want %+v", got, s)
+		}
+		for k, off := range s.offsets {
+			if got.offsets[k] != off {
+				t.Fatalf("key %+v: %d, want %d", k, got.offsets[k], off)
+			}
+		}
+		if !bytes.Equal(appendState(nil, got), b) {
+			t.Fatal("re-encoding differs")
+		}
+	}
+}
+
+// recrc fixes a state snapshot's checksum after a test changed it.
+func recrc(b []byte) []byte {
+	binary.BigEndian.PutUint32(b[8:], crcOf(b[stateHeader:]))
+	return b
+}
+
+// TestStateRefusals: a damaged or non-canonical snapshot is refused with ErrMalformed.
+func TestStateRefusals(t *testing.T) {
+	good := appendState(nil, testState())
+	entry := cat(str("orders"), i64(1), str("g"), u32(0), i64(1))
+	withKeys := func(n uint32, keys ...[]byte) []byte {
+		b := append([]byte(stateMagic), stateVersion, 0, 0, 0, 0, 0, 0, 0)
+		b = append(b, cat(wire.AppendU64(nil, 5), u32(n))...)
+		for _, k := range keys {
+			b = append(b, k...)
+		}
+		return recrc(b)
+	}
+	for _, tc := range []struct {
+		name    string
+		corrupt func() []byte
+	}{
+		{"short", func() []byte { return good[:8] }},
+		{"magic", func() []byte { b := bytes.Clone(good); b[0] = 'X'; return recrc(b) }},
+		{"version", func() []byte { b := bytes.Clone(good); b[4] = 2; return recrc(b) }},
+		{"reserved", func() []byte { b := bytes.Clone(good); b[6] = 1; return recrc(b) }},
+		{"crc", func() []byte { b := bytes.Clone(good); b[len(b)-1] ^= 1; return b }},
+		{"truncated", func() []byte { return recrc(bytes.Clone(good[:len(good)-1])) }},
+		{"trailing", func() []byte { return recrc(append(bytes.Clone(good), 0)) }},
+		{"count over bytes", func() []byte { return withKeys(1000, entry) }},
+		{"duplicate key", func() []byte { return withKeys(2, entry, entry) }},
+		{"keys out of order", func() []byte {
+			return withKeys(2, cat(str("b"), i64(1), str("g"), u32(0), i64(1)), cat(str("a"), i64(1), str("g"), u32(0), i64(1)))
+		}},
+		{"bad group", func() []byte { return withKeys(1, cat(str("orders"), i64(1), str(""), u32(0), i64(1))) }},
+		{"negative offset", func() []byte { return withKeys(1, cat(str("orders"), i64(1), str("g"), u32(0), i64(-5))) }},
+		{"over the limit", func() []byte { return make([]byte, MaxSnapshot+1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := decodeState(tc.corrupt()); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("decodeState: %v, want ErrMalformed", err)
+			}
+		})
+	}
+	if _, err := decodeState(withKeys(1, entry)); err != nil {
+		t.Fatalf("a valid hand-made state: %v", err)
+	}
+}
+
+// TestSnapFileRefusals: the snapshot file's own checks.
+func TestSnapFileRefusals(t *testing.T) {
+	st := testState()
+	good, err := appendSnapFile(nil, raftpb.Snapshot{Data: appendState(nil, st), Metadata: raftpb.SnapshotMetadata{Index: st.index, Term: 2,
+		ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, got, err := decodeSnapFile(good)
+	if err != nil || snap.Metadata.Index != 10 || snap.Metadata.Term != 2 || len(snap.Metadata.ConfState.Voters) != 3 || len(got.offsets) != 3 {
+		t.Fatalf("decoded %+v, %+v, %v", snap.Metadata, got, err)
+	}
+	refix := func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], crcOf(b[12:])); return b }
+	wrongIndex, _ := appendSnapFile(nil, raftpb.Snapshot{Data: appendState(nil, st), Metadata: raftpb.SnapshotMetadata{Index: 11, Term: 2}})
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"short", good[:11]},
+		{"magic", refix(append([]byte("XQOF"), good[4:]...))},
+		{"version", func() []byte { b := bytes.Clone(good); b[4] = 9; return refix(b) }()},
+		{"crc", func() []byte { b := bytes.Clone(good); b[20] ^= 1; return b }()},
+		{"truncated", refix(bytes.Clone(good[:len(good)-3]))},
+		{"state of another index", wrongIndex},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := decodeSnapFile(tc.b); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("decodeSnapFile: %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// FuzzRecord: a record that decodes is valid and re-encodes to exactly its bytes.
+func FuzzRecord(f *testing.F) {
+	f.Add(appendRecord(nil, &record{kind: kindCommit, key: testKey, offset: 120}))
+	f.Add(appendRecord(nil, &record{kind: kindDrop, key: Key{Topic: "orders", Created: 5}}))
+	f.Add([]byte{1, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := decodeRecord(b)
+		if err != nil {
+			return
+		}
+		if rec.kind == kindCommit && checkKey(&rec.key, rec.offset) != nil {
+			t.Fatalf("an invalid commit decoded: %+v", rec)
+		}
+		if re := appendRecord(nil, &rec); !bytes.Equal(re, b) {
+			t.Fatalf("decode then encode is not the identity:\n in  % x\n out % x", b, re)
+		}
+	})
+}
+
+// FuzzState: a state snapshot that decodes re-encodes to exactly its bytes.
+func FuzzState(f *testing.F) {
+	f.Add(appendState(nil, testState()))
+	f.Add(appendState(nil, newState()))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decodeState(b)
+		if err != nil {
+			return
+		}
+		if re := appendState(nil, s); !bytes.Equal(re, b) {
+			t.Fatalf("decode then encode is not the identity:\n in  % x\n out % x", b, re)
+		}
+	})
+}
+
+func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
