@@ -57,6 +57,10 @@ var opNeeds = [256]need{
 	wire.OpCreateTopic: needAdmin, wire.OpDeleteTopic: needAdmin,
 	wire.OpCreateUser: needAdmin, wire.OpDeleteUser: needAdmin, wire.OpSetPassword: needAdmin,
 	wire.OpGrant: needAdmin, wire.OpRevoke: needAdmin, wire.OpListUsers: needAdmin,
+	// Cluster membership (PROTOCOL.md section 16.2); MEMBERSHIP shows every broker's
+	// addresses and every partition's placement.
+	wire.OpAddBroker: needAdmin, wire.OpMoveReplicas: needAdmin, wire.OpDrainBroker: needAdmin,
+	wire.OpRemoveBroker: needAdmin, wire.OpMembership: needAdmin,
 	wire.OpClusterStatus: needAdmin,
 
 	// Named topics need a role on them; the lists of every topic show only those.

@@ -604,6 +604,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 	produce := row{nauth, nauth, na, ok, na, ok, na, ok, ok}
 	consume := row{nauth, nauth, na, na, ok, ok, na, ok, ok}
 	ownSubs := row{nauth, nauth, nosub, nosub, ok, ok, nosub, ok, ok}
+	notsup := wire.CodeNotSupported
+	clusterOnly := row{nauth, nauth, na, na, na, na, na, notsup, notsup}
 	expect := map[string]row{
 		"PING":              {ok, ok, ok, ok, ok, ok, ok, ok, ok},
 		"CREATE_TOPIC":      adminOnly,
@@ -636,6 +638,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"GRANT":             adminOnly,
 		"REVOKE":            adminOnly,
 		"LIST_USERS":        adminOnly,
+		"ADD_BROKER":        clusterOnly,
+		"MOVE_REPLICAS":     clusterOnly,
+		"DRAIN_BROKER":      clusterOnly,
+		"REMOVE_BROKER":     clusterOnly,
+		"MEMBERSHIP":        adminOnly,
 		"CLUSTER_STATUS":    adminOnly,
 	}
 	covered := map[wire.Op]bool{wire.OpHello: true, wire.OpAuth: true} // every cell uses them

@@ -44,8 +44,14 @@ type clusterNode struct {
 	purge   chan struct{} // cap 1: purge the offsets of deleted topics (purgeOffsets)
 	purging purgeSet
 
-	stop chan struct{}
-	done chan struct{}
+	// peers are the cluster addresses syncPeers gave the transport, by node (the node
+	// goroutine's).
+	peers map[uint64]string
+	mover *mover // drives the moves of the partitions led here (clustermove.go)
+
+	stop      chan struct{}
+	done      chan struct{} // run ended
+	announced chan struct{} // runAnnounce ended
 }
 
 // metaDir is where the metadata group keeps its log and snapshots.
@@ -56,8 +62,9 @@ func metaDir(dataDir string) string { return filepath.Join(dataDir, "cluster", "
 // topics the cluster had when it stopped (as far as its metadata replica knows them).
 func (s *Server) startCluster() error {
 	cc := &s.cfg.Cluster
-	n := &clusterNode{srv: s, id: uint64(s.nodeID()), router: replica.NewRouter(),
-		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	n := &clusterNode{srv: s, id: uint64(s.nodeID()), router: replica.NewRouter(), peers: map[uint64]string{},
+		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
 	n.cond = sync.NewCond(&n.mu)
 	listen := cc.Listen
 	if listen == "" {
@@ -80,7 +87,7 @@ func (s *Server) startCluster() error {
 		}
 	}
 	slices.Sort(peers)
-	store, err := cmeta.Open(cmeta.Config{Dir: metaDir(s.cfg.DataDir), NodeID: n.id, Peers: peers, Sender: tr,
+	store, err := cmeta.Open(cmeta.Config{Dir: metaDir(s.cfg.DataDir), NodeID: n.id, Peers: peers, Join: cc.Join, Sender: tr,
 		Logf: func(f string, a ...any) { n.log.Info().Str("group", "meta").Msgf(f, a...) }})
 	if err != nil {
 		_ = tr.Close()
@@ -95,54 +102,72 @@ func (s *Server) startCluster() error {
 	}
 	s.cluster = n
 	s.pids.inCluster(s.nodeID())
-	changed := store.Watch() // before reconcile reads the state: no change falls between
-	n.reconcile()            // what the metadata replica held at its last stop
-	go n.run(changed)
-	n.log.Info().Str("cluster_addr", tr.Addr().String()).Uint64("node_id", n.id).Str("peers", cc.describePeers()).Msg("cluster member started")
+	watch := store.Watch()
+	n.reconcile() // what the metadata replica held at its last stop
+	n.mover = newMover(n)
+	go n.run(watch)
+	go n.runAnnounce()
+	go n.mover.run()
+	ev := n.log.Info().Str("cluster_addr", tr.Addr().String()).Uint64("node_id", n.id).Str("peers", cc.describePeers())
+	if cc.Join && len(store.Members().Voters) == 0 {
+		ev.Msg("cluster member started, waiting to be added to the cluster (ADD_BROKER)")
+	} else {
+		ev.Msg("cluster member started")
+	}
 	return nil
 }
 
-// run reconciles the topic table with the metadata whenever it changes, announces this
-// broker's addresses until the metadata has them, sees that the offsets topic exists, and
-// purges the committed offsets of deleted topics.
-func (n *clusterNode) run(changed <-chan struct{}) {
+// run reconciles the topic table with the metadata whenever it changes, and purges the
+// committed offsets of deleted topics. watch was taken before the last reconcile, so that no
+// change falls between the two.
+func (n *clusterNode) run(watch <-chan struct{}) {
 	defer close(n.done)
-	announce := time.NewTimer(0)
-	defer announce.Stop()
-	announced, haveOffsets := false, false
 	for {
 		select {
 		case <-n.stop:
 			return
-		case <-changed:
-			changed = n.meta.Watch()
+		case <-watch:
+			watch = n.meta.Watch()
 			n.reconcile()
 			n.purgeOffsets()
 		case <-n.purge:
 			n.purgeOffsets()
-			continue
-		case <-announce.C:
+		}
+	}
+}
+
+// runAnnounce announces this broker's addresses until the metadata has them (a broker that
+// joins: once it is added), then sees that the offsets topic exists. Its own goroutine: a
+// proposal waits for the metadata's leader.
+func (n *clusterNode) runAnnounce() {
+	defer close(n.announced)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	announced := false
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-retry.C:
 		}
 		if !announced {
 			announced = n.announce()
 		}
-		if announced {
-			haveOffsets = n.ensureOffsetsTopic()
+		if announced && n.ensureOffsetsTopic() {
+			return
 		}
-		if !announced || !haveOffsets {
-			announce.Reset(500 * time.Millisecond)
-		}
+		retry.Reset(500 * time.Millisecond)
 	}
 }
 
 // announce proposes this broker's addresses (AddBroker) unless the metadata has them, and
 // reports whether it has them now.
 func (n *clusterNode) announce() bool {
-	want := cmeta.AddBroker{ID: n.id, ClientAddr: n.srv.advertisedAddr(), TLSAddr: n.srv.advertisedTLSAddr(), ClusterAddr: n.srv.cfg.Cluster.Peers[n.id]}
+	want := cmeta.AddBroker{ID: n.id, ClientAddr: n.srv.advertisedAddr(), TLSAddr: n.srv.advertisedTLSAddr(), ClusterAddr: n.clusterAddr()}
 	if b, ok := n.meta.State().Broker(n.id); ok && b.ClientAddr == want.ClientAddr && b.TLSAddr == want.TLSAddr && b.ClusterAddr == want.ClusterAddr {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := n.stopContext(2 * time.Second)
 	defer cancel()
 	if _, err := n.meta.Propose(ctx, &want); err != nil {
 		n.log.Debug().Err(err).Msg("announcing this broker to the cluster; will retry")
@@ -150,6 +175,30 @@ func (n *clusterNode) announce() bool {
 	}
 	n.log.Info().Str("addr", want.ClientAddr).Msg("this broker's addresses are in the cluster metadata")
 	return true
+}
+
+// stopContext is a context that ends after d or when the node stops, for the proposals of
+// the node's own goroutines (which close waits for).
+func (n *clusterNode) stopContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// clusterAddr is where the other brokers reach this one: its cluster-peers entry, or the
+// port the cluster listener got when that entry asks for any (port 0, as tests do).
+func (n *clusterNode) clusterAddr() string {
+	addr := n.srv.cfg.Cluster.Peers[n.id]
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return n.tr.Addr().String()
+	}
+	return addr
 }
 
 // waitApplied waits until the topic table reflects the metadata up to index, or ctx ends.
@@ -183,6 +232,8 @@ func (n *clusterNode) setApplied(index uint64) {
 func (n *clusterNode) close() {
 	close(n.stop)
 	<-n.done
+	<-n.announced
+	<-n.mover.done
 	n.closeOffsets()
 	if err := n.meta.Close(); err != nil {
 		n.log.Warn().Err(err).Msg("closing the cluster metadata")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 // where the others are (transport.SetPeer), as cluster-peers would have said.
 type testCluster struct {
 	t       testing.TB
+	mu      sync.Mutex // guards brokers and cfgs while producers run (they read brokers)
 	brokers []*Server
 	cfgs    []Config
 }
@@ -36,7 +38,7 @@ func startClusterWith(t testing.TB, n int, mutate func(*Config)) *testCluster {
 	for i := 1; i <= n; i++ {
 		cfg := testConfig(t)
 		cfg.NodeID = uint32(i)
-		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte("a-test-cluster-secret")}
+		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret)}
 		if mutate != nil {
 			mutate(&cfg)
 		}
@@ -174,13 +176,13 @@ func TestClusterReplicatedTopic(t *testing.T) {
 		t.Fatal("the restarted broker started serving before it replayed its metadata: no topic orders")
 	}
 	tc.wire()
-	lead := (*tc.brokers[nl].topics.Load())["orders"].parts[0].dlog
+	lead := (*tc.brokers[nl].topics.Load())["orders"].parts[0].dlog()
 	back := func() *durablePart {
 		t := (*tc.brokers[li].topics.Load())["orders"]
 		if t == nil {
 			return nil
 		}
-		return t.parts[0].dlog
+		return t.parts[0].dlog()
 	}
 	waitUntil(t, "the restarted broker's replica caught up", func() bool {
 		d := back()

@@ -28,6 +28,12 @@ type ClusterConfig struct {
 	// broker; by default its Addr and TLS.Addr when those name a host, else the host of its
 	// cluster address with their port.
 	AdvertiseAddr, AdvertiseTLSAddr string
+	// Join starts a broker that joins a running cluster rather than founding one: its
+	// metadata member starts without bootstrapping a group (cluster/meta Config.Join) and
+	// waits until an admin adds it (ADD_BROKER, PROTOCOL.md section 16.2). Peers then names
+	// the members it can reach and itself. Ignored once the data directory holds the
+	// cluster's metadata (a restart).
+	Join bool
 	// OffsetsPartitions is how many partitions the cluster's offsets topic gets when this
 	// broker creates it (the first metadata leader with enough brokers does; the count is
 	// the cluster's from then on): each is a Raft group coordinating the consumer groups that
@@ -67,8 +73,8 @@ func ParsePeers(s string) (map[uint64]string, error) {
 // validate checks the cluster settings against the broker's node id.
 func (c *ClusterConfig) validate(nodeID uint32) error {
 	if !c.Enabled() {
-		if c.Listen != "" || len(c.Secret) > 0 {
-			return fmt.Errorf("cluster listen address or secret given without cluster peers")
+		if c.Listen != "" || len(c.Secret) > 0 || c.Join {
+			return fmt.Errorf("cluster listen address, secret or join given without cluster peers")
 		}
 		return nil
 	}

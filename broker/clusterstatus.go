@@ -46,7 +46,7 @@ func replicatedViews(topics map[string]*topic, only, from string, fromPart uint3
 			if t.name == from && p.id < fromPart || p.repl == nil {
 				continue
 			}
-			out = append(out, replicaView{t: t, p: p, part: p.repl.part})
+			out = append(out, replicaView{t: t, p: p, part: p.repl.part.Load()})
 		}
 	}
 	return out

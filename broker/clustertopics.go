@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
 	cmeta "github.com/lightq/lightq/cluster/meta"
-	cpart "github.com/lightq/lightq/cluster/partition"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -27,15 +25,23 @@ import (
 // metaTimeout bounds the wait for a metadata change to be applied here.
 const metaTimeout = 10 * time.Second
 
-// clusterTopic marks a live topic as the cluster's, and which creation of its name it is.
-type clusterTopic struct{ created time.Time }
+// clusterTopic marks a live topic as the cluster's, and which creation of its name it is,
+// with the shape its options give its partitions (shapeErr: options this broker does not
+// take; its replicas cannot be served here). Immutable.
+type clusterTopic struct {
+	created  time.Time
+	shape    durableShape
+	shapeErr error
+}
 
-// reconcile makes the topic table and the users match the metadata. It runs on the cluster
-// node's goroutine (and once in startCluster) and holds adminMu while it changes the table,
-// opening and closing partition replicas (disk I/O) meanwhile.
+// reconcile makes the topic table, the users and the transport's peers match the metadata.
+// It runs on the cluster node's goroutine (and once in startCluster) and holds adminMu while
+// it changes the table, opening and closing partition replicas (disk I/O) meanwhile: a topic
+// created or deleted, and a partition whose replicas moved (clusterreplicas.go).
 func (n *clusterNode) reconcile() {
 	st := n.meta.State()
 	s := n.srv
+	n.syncPeers(st)
 	s.adminMu.Lock()
 	topics := *s.topics.Load()
 	var gone []*topic
@@ -51,11 +57,12 @@ func (n *clusterNode) reconcile() {
 			n.log.Error().Str("topic", ct.Name).Msg("the cluster has a topic of the name of one of this broker's own (transient) topics: it is not served here until that one is deleted")
 			continue
 		case t != nil && t.cluster.created.Equal(ct.CreatedAt):
+			n.syncReplicas(t, ct)
 			continue
 		case t != nil:
 			gone = append(gone, t) // deleted and created again meanwhile
 		}
-		built[ct.Name] = n.buildTopic(st, ct)
+		built[ct.Name] = n.buildTopic(ct)
 	}
 	for name, t := range topics {
 		if ct, ok := st.Topic(name); t.cluster != nil && (!ok || !t.cluster.created.Equal(ct.CreatedAt)) && built[name] == nil {
@@ -81,49 +88,24 @@ func (n *clusterNode) reconcile() {
 }
 
 // buildTopic makes the live topic of a cluster topic, opening the replicas placed here.
-func (n *clusterNode) buildTopic(st *cmeta.State, ct *cmeta.Topic) *topic {
+func (n *clusterNode) buildTopic(ct *cmeta.Topic) *topic {
 	s := n.srv
-	sh, err := parseDurableOptions(ct.Options, s.cfg.Limits.MaxBatch)
-	if err != nil {
-		// The proposer checked them: a broker of another version may disagree.
-		n.log.Error().Err(err).Str("topic", ct.Name).Msg("cluster topic with options this broker does not take; its partitions here cannot be served")
-	}
 	t := newTopic(ct.Name, ct.Kind, ct.User, ct.Options, len(ct.Partitions), 0, 0)
 	t.cluster = &clusterTopic{created: ct.CreatedAt} // committed offsets: in the offsets topic (coordinator.go)
+	t.cluster.shape, t.cluster.shapeErr = parseDurableOptions(ct.Options, s.cfg.Limits.MaxBatch)
+	if t.cluster.shapeErr != nil {
+		// The proposer checked them: a broker of another version may disagree.
+		n.log.Error().Err(t.cluster.shapeErr).Str("topic", ct.Name).Msg("cluster topic with options this broker does not take; its partitions here cannot be served")
+	}
 	for i, p := range t.parts {
 		a := ct.Partitions[i]
-		rp := &replPart{group: a.Group, replicas: a.Replicas}
-		p.repl = rp
+		p.repl = newReplPart(a.Group, a.Replicas)
 		p.metrics = s.metrics
 		logger := s.log.With().Str("topic", ct.Name).Uint32("partition", p.id).Uint64("group", a.Group).Logger()
 		p.logf = func(format string, args ...any) { logger.Warn().Msgf(format, args...) }
-		if !holds(a.Replicas, n.id) {
-			continue
+		if holds(a.Holders(), n.id) {
+			n.openReplica(t, p, a)
 		}
-		d := &durablePart{shape: sh, part: p, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-		close(d.done) // no syncer: the replica fsyncs per its policy
-		p.dlog = d
-		if err != nil {
-			d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, err)
-			rp.broken = true
-			continue
-		}
-		wake := p.wakeAll
-		part, err := cpart.Open(cpart.Config{
-			Dir: partitionDir(s.cfg.DataDir, ct.Name, i), NodeID: n.id, Group: a.Group, Peers: a.Replicas,
-			Sender: n.tr, Fsync: partitionFsync(sh), Log: sh.logOpts,
-			Producers: cpart.ProducerLimits{Expiry: s.cfg.ProducerExpiry, MaxProducers: s.cfg.MaxProducersPerPartition, Budget: s.producerBudget,
-				Label: fmt.Sprintf("partition %d of %s", i, ct.Name)},
-			OnCommit: wake, Logf: p.logf,
-		})
-		if err != nil {
-			d.err = fmt.Errorf("partition %d cannot be served: %w", p.id, err)
-			rp.broken = true
-			logger.Error().Err(err).Msg("replica cannot be opened; its data is left untouched for repair")
-			continue
-		}
-		d.log, d.repl, rp.part = part.Log(), part, part
-		n.router.Add(a.Group, part.Replica())
 	}
 	return t
 }
@@ -133,7 +115,7 @@ func (n *clusterNode) removeTopic(t *topic, st *cmeta.State) {
 	t.deleted.Store(true)
 	for _, p := range t.parts {
 		p.wakeAll()
-		if p.repl != nil && p.repl.part != nil {
+		if p.repl != nil && p.repl.part.Load() != nil {
 			n.router.Remove(p.repl.group)
 		}
 	}
@@ -198,6 +180,18 @@ func (n *clusterNode) change(cmd cmeta.Command) error {
 	ctx, cancel := context.WithTimeout(context.Background(), metaTimeout)
 	defer cancel()
 	res, err := n.meta.Propose(ctx, cmd)
+	if err != nil {
+		return n.changeError(err)
+	}
+	if err := n.waitApplied(ctx, res.Index); err != nil {
+		return answer(wire.CodeReplicationTimeout, "the change was made in the cluster, but this broker did not apply it within %v", metaTimeout)
+	}
+	return nil
+}
+
+// changeError is the client's answer to a metadata change the group refused or did not make
+// in time.
+func (n *clusterNode) changeError(err error) error {
 	switch {
 	case errors.Is(err, cmeta.ErrTopicExists):
 		return answer(wire.CodeTopicExists, "%v", err)
@@ -207,17 +201,18 @@ func (n *clusterNode) change(cmd cmeta.Command) error {
 		return answer(wire.CodeAuthFailed, "%v (created meanwhile, with another password)", err)
 	case errors.Is(err, cmeta.ErrUnknownUser):
 		return answer(wire.CodeUnknownUser, "%v", err)
-	case errors.Is(err, cmeta.ErrInvalid), errors.Is(err, cmeta.ErrBrokerInUse):
+	case errors.Is(err, cmeta.ErrUnknownBroker):
+		return answer(wire.CodeUnknownBroker, "%v", err)
+	case errors.Is(err, cmeta.ErrBrokerInUse):
+		return answer(wire.CodeBrokerInUse, "%v", err)
+	case errors.Is(err, cmeta.ErrConflict):
+		return answer(wire.CodeReplicasChanged, "%v: ask MEMBERSHIP and try again", err)
+	case errors.Is(err, cmeta.ErrInvalid), errors.Is(err, cmeta.ErrNotEnoughBrokers):
 		return answer(wire.CodeInvalidRequest, "%v", err)
 	case errors.Is(err, cmeta.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
-		return answer(wire.CodeReplicationTimeout, "the cluster's metadata group did not apply the change within %v (no quorum?): it may or may not be made; ask METADATA", metaTimeout)
-	case err != nil:
-		return err
+		return answer(wire.CodeReplicationTimeout, "the cluster's metadata group did not apply the change within %v (no quorum?): it may or may not be made; ask METADATA or MEMBERSHIP", metaTimeout)
 	}
-	if err := n.waitApplied(ctx, res.Index); err != nil {
-		return answer(wire.CodeReplicationTimeout, "the change was made in the cluster, but this broker did not apply it within %v", metaTimeout)
-	}
-	return nil
+	return err
 }
 
 // accountState is the users the broker authenticates: its own (the metadata file), with the
@@ -261,7 +256,7 @@ func (s *Server) describeClusterLayout(resp *wire.MetadataResponse) {
 			}
 			rp := t.parts[pm.ID].repl
 			pm.Leader = uint32(rp.leader())
-			for _, id := range rp.replicas {
+			for _, id := range *rp.replicas.Load() {
 				pm.Replicas = append(pm.Replicas, uint32(id))
 			}
 		}

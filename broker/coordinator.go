@@ -60,6 +60,7 @@ type offsetsPart struct {
 	group    uint64
 	replicas []uint64
 	store    *coffsets.Store
+	failed   bool // a replica is placed here but could not be opened (left for repair)
 }
 
 // offsetsPartition is the partition of an offsets topic of n partitions that group hashes to:
@@ -75,39 +76,52 @@ func offsetsDir(dataDir string, i int) string {
 	return filepath.Join(dataDir, "cluster", "offsets", strconv.Itoa(i))
 }
 
-// reconcileOffsets opens the replicas of the offsets topic placed here, once per creation of
-// the topic (reconcile, on the cluster node's goroutine).
+// reconcileOffsets opens the replicas of the offsets topic placed here for a new creation of
+// the topic, and follows the moves of its partitions afterwards (syncOffsets,
+// clusterreplicas.go) (reconcile, on the cluster node's goroutine).
 func (n *clusterNode) reconcileOffsets(ct *cmeta.Topic) {
 	if cur := n.offsets.Load(); cur != nil && cur.created.Equal(ct.CreatedAt) {
+		n.syncOffsets(cur, ct)
 		return
 	}
 	n.closeOffsets()
-	s := n.srv
 	tbl := &offsetsTable{created: ct.CreatedAt}
-	count := len(ct.Partitions)
-	perPart := (s.cfg.MaxCommittedOffsets + count - 1) / count
 	for i, a := range ct.Partitions {
 		op := &offsetsPart{index: i, group: a.Group, replicas: a.Replicas}
 		tbl.parts = append(tbl.parts, op)
-		if !holds(a.Replicas, n.id) {
-			continue
+		if holds(a.Holders(), n.id) {
+			n.openOffsetsReplica(op, a, len(ct.Partitions))
 		}
-		logger := n.log.With().Int("offsets_partition", i).Uint64("group", a.Group).Logger()
-		st, err := coffsets.Open(coffsets.Config{
-			Dir: offsetsDir(s.cfg.DataDir, i), NodeID: n.id, Group: a.Group, Peers: a.Replicas, Sender: n.tr,
-			MaxEntries: perPart, Logf: func(f string, args ...any) { logger.Warn().Msgf(f, args...) },
-			OnLeadership: func() { n.offsetsLeadership(i, count) },
-		})
-		if err != nil {
-			// Its groups get NOT_COORDINATOR here; another replica leads them.
-			logger.Error().Err(err).Msg("offsets replica cannot be opened; its data is left untouched for repair")
-			continue
-		}
-		op.store = st
-		n.router.Add(a.Group, st.Replica())
 	}
 	n.offsets.Store(tbl)
 	n.kickPurge()
+}
+
+// openOffsetsReplica opens this broker's replica of offsets partition op (of count) into op,
+// before op is published: bootstrapping the group if the partition was never moved, else
+// joining it (as openReplica does for a topic's partition). A replica that cannot be opened
+// is left for repair (op.failed); its groups get NOT_COORDINATOR here.
+func (n *clusterNode) openOffsetsReplica(op *offsetsPart, a cmeta.Partition, count int) {
+	s, i := n.srv, op.index
+	logger := n.log.With().Int("offsets_partition", i).Uint64("group", a.Group).Logger()
+	cfg := coffsets.Config{
+		Dir: offsetsDir(s.cfg.DataDir, i), NodeID: n.id, Group: a.Group, Sender: n.tr,
+		MaxEntries: (s.cfg.MaxCommittedOffsets + count - 1) / count, Logf: func(f string, args ...any) { logger.Warn().Msgf(f, args...) },
+		OnLeadership: func() { n.offsetsLeadership(i, count) },
+	}
+	if a.Moves == 0 {
+		cfg.Peers = a.Replicas
+	} else {
+		cfg.Join = true
+	}
+	st, err := coffsets.Open(cfg)
+	if err != nil {
+		logger.Error().Err(err).Msg("offsets replica cannot be opened; its data is left untouched for repair")
+		op.failed = true
+		return
+	}
+	op.store = st
+	n.router.Add(a.Group, st.Replica())
 }
 
 // closeOffsets closes this broker's offsets replicas (at shutdown, or before the replicas of

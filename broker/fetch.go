@@ -59,8 +59,8 @@ func (c *conn) handleFetch(corr uint32, body []byte) {
 	if !c.readableHere(corr, t, p) {
 		return
 	}
-	if p.dlog.err != nil {
-		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog.err)
+	if p.dlog().err != nil {
+		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog().err)
 		return
 	}
 	if len(c.fetches)+c.cold+len(c.ready) >= maxFetchesPerConn {
@@ -139,7 +139,7 @@ func (c *conn) fetchMaxBytes(fw *fetchWait) int {
 // mayBeCold reports whether serving fw could make the loop wait for the disk: its data is
 // outside the active segment and the page cache does not hold it (asked without blocking).
 func (c *conn) mayBeCold(fw *fetchWait) bool {
-	l := fw.p.dlog.log
+	l := fw.p.dlog().log
 	if l.InActiveSegment(fw.req.Offset) {
 		return false
 	}
@@ -154,7 +154,7 @@ func (c *conn) mayBeCold(fw *fetchWait) bool {
 // when the socket is free. Other requests go on meanwhile (answers are matched by corr id).
 // It returns false when the workers are saturated.
 func (c *conn) fetchFromWorker(fw *fetchWait) bool {
-	d := fw.p.dlog
+	d := fw.p.dlog()
 	limit, maxBytes := d.visibleLimit(fw.req.Isolation), c.fetchMaxBytes(fw)
 	fw.cold = true
 	c.cold++
@@ -197,7 +197,7 @@ func readInto(chunk *qlog.Chunk) {
 // tryFetch answers fw if data is readable (or the request is bad). It returns false when the
 // fetch must wait for data.
 func (c *conn) tryFetch(fw *fetchWait) bool {
-	d := fw.p.dlog
+	d := fw.p.dlog()
 	limit := d.visibleLimit(fw.req.Isolation)
 	chunk, err := d.log.Read(fw.req.Offset, limit, c.fetchMaxBytes(fw))
 	switch {
@@ -213,7 +213,7 @@ func (c *conn) tryFetch(fw *fetchWait) bool {
 
 // respondFetch writes the FETCH response header and starts sending chunk (nil: no batches).
 func (c *conn) respondFetch(fw *fetchWait, chunk *qlog.Chunk) {
-	d := fw.p.dlog
+	d := fw.p.dlog()
 	var n int64
 	if chunk != nil {
 		n = chunk.Len
@@ -270,8 +270,11 @@ func (c *conn) serviceFetches() {
 	for i := 0; i < len(c.fetches) && c.xfer == nil; i++ {
 		fw := c.fetches[i]
 		answered := fw.t.deleted.Load()
-		if answered {
+		if rp := fw.p.repl; answered {
 			c.sendError(fw.corr, wire.CodeUnknownTopic, fmt.Sprintf("topic %q was deleted", fw.t.name))
+		} else if rp != nil && rp.part.Load() == nil {
+			c.notLeader(fw.corr, fw.t, fw.p, rp.leader()) // the partition moved off this broker
+			answered = true
 		} else if answered = c.tryFetch(fw); !answered && !now.Before(fw.deadline) {
 			c.respondFetch(fw, nil)
 			answered = true

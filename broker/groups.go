@@ -272,7 +272,7 @@ func endOffset(t *topic, part uint32) (int64, bool) {
 	if int(part) >= len(t.parts) {
 		return 0, false
 	}
-	d := t.parts[part].dlog
+	d := t.parts[part].dlog()
 	if d == nil || d.err != nil || d.log == nil {
 		return 0, false
 	}

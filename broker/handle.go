@@ -97,6 +97,16 @@ func (c *conn) handle(h wire.Header, body []byte) {
 		c.handleListGroups(h.Corr, body)
 	case wire.OpDescribeGroup:
 		c.handleDescribeGroup(h.Corr, body)
+	case wire.OpAddBroker:
+		c.handleAddBroker(h.Corr, body)
+	case wire.OpMoveReplicas:
+		c.handleMoveReplicas(h.Corr, body)
+	case wire.OpDrainBroker:
+		c.handleDrainBroker(h.Corr, body)
+	case wire.OpRemoveBroker:
+		c.handleRemoveBroker(h.Corr, body)
+	case wire.OpMembership:
+		c.handleMembership(h.Corr, body)
 	case wire.OpClusterStatus:
 		c.handleClusterStatus(h.Corr, body)
 	case wire.OpFindCoordinator:

@@ -145,7 +145,7 @@ func (p *partition) checkTransient(s *Server, t *topic, h *wire.BatchHeader, now
 // (it may not be durable yet).
 func (c *conn) answerDuplicate(corr uint32, t *topic, p *partition, acks wire.Acks, base int64, count uint32) {
 	t.stats.duplicates.Add(1)
-	if d := p.dlog; d != nil && d.needsSyncForAck(acks) && base+int64(count) > d.log.DurableOffset() {
+	if d := p.dlog(); d != nil && d.needsSyncForAck(acks) && base+int64(count) > d.log.DurableOffset() {
 		c.durableWaits++
 		d.waitDurable(durableAck{c: c, corr: corr, base: base, next: base + int64(count)})
 		return

@@ -112,10 +112,10 @@ func collectTopic(ch chan<- prometheus.Metric, t *topic) {
 			gauge(descStart, int64(oldest))
 			gauge(descEnd, int64(next))
 			counter(descDropped, ps.dropped.Load())
-		case p.dlog != nil && p.dlog.log != nil: // not a partition that failed recovery
-			gauge(descStart, p.dlog.log.StartOffset())
-			gauge(descEnd, p.dlog.visibleLimit(wire.IsolationDurable))
-			gauge(descLogSize, p.dlog.log.Size())
+		case p.dlog() != nil && p.dlog().log != nil: // not a partition that failed recovery
+			gauge(descStart, p.dlog().log.StartOffset())
+			gauge(descEnd, p.dlog().visibleLimit(wire.IsolationDurable))
+			gauge(descLogSize, p.dlog().log.Size())
 		}
 	}
 }
@@ -137,12 +137,12 @@ func (c *stateCollector) collectGroups(ch chan<- prometheus.Metric, topics map[s
 		shown := false
 		for _, p := range t.parts {
 			off, ok := k.store.Get(k.group, p.id)
-			if !ok || p.dlog.log == nil {
+			if !ok || p.dlog().log == nil {
 				continue
 			}
 			shown = true
 			id := strconv.FormatUint(uint64(p.id), 10)
-			end := p.dlog.visibleLimit(wire.IsolationDurable)
+			end := p.dlog().visibleLimit(wire.IsolationDurable)
 			ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(off), k.topic, k.group, id)
 			ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(max(end-off, 0)), k.topic, k.group, id)
 		}

@@ -193,14 +193,14 @@ func (c *conn) durablePartition(corr uint32, op wire.Op, topicName string, parti
 		return nil, nil
 	}
 	p := t.parts[partition]
-	if p.dlog == nil || op == wire.OpListOffsets && !c.readableHere(corr, t, p) {
-		if p.dlog == nil {
+	if p.dlog() == nil || op == wire.OpListOffsets && !c.readableHere(corr, t, p) {
+		if p.dlog() == nil {
 			c.notLeader(corr, t, p, p.repl.leader()) // a replicated partition held elsewhere
 		}
 		return nil, nil
 	}
-	if p.dlog.err != nil {
-		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog.err)
+	if p.dlog().err != nil {
+		c.sendStorageErrorCode(corr, wire.CodeStorageError, t.name, p.id, p.dlog().err)
 		return nil, nil
 	}
 	return t, p
@@ -215,13 +215,13 @@ func (c *conn) handleListOffsets(corr uint32, body []byte) {
 	if p == nil {
 		return
 	}
-	l := p.dlog.log
+	l := p.dlog().log
 	var off int64
 	switch m.Mode {
 	case wire.OffsetEarliest:
 		off = l.StartOffset()
 	case wire.OffsetLatest:
-		off = p.dlog.visibleLimit(wire.IsolationDurable)
+		off = p.dlog().visibleLimit(wire.IsolationDurable)
 	case wire.OffsetTimestamp:
 		// The time index finds the batch; its records are read on a worker (disk, maybe
 		// decompression) to find the first record at or after the time.
@@ -275,7 +275,7 @@ func (c *conn) handleCommitOffset(corr uint32, body []byte) {
 // commit stores a checked COMMIT_OFFSET or GROUP_COMMIT (op) in the topic's offsets log; the
 // topic's syncer answers it once it is durable.
 func (c *conn) commit(corr uint32, op wire.Op, t *topic, p *partition, group string, offset int64) {
-	if next := p.dlog.log.NextOffset(); offset < 0 || offset > next {
+	if next := p.dlog().log.NextOffset(); offset < 0 || offset > next {
 		c.sendError(corr, wire.CodeOffsetOutOfRange, fmt.Sprintf("offset %d outside [0, %d]", offset, next))
 		return
 	}

@@ -66,7 +66,7 @@ func (c *conn) handleProduce(corr uint32, body []byte) {
 	}
 	stampUnreplicated(m.Batch)
 	switch {
-	case p.dlog != nil:
+	case p.dlog() != nil:
 		c.produceDurable(corr, t, p, &m, &bt)
 		return
 	case bt.HasProducer():
@@ -249,7 +249,7 @@ func (c *conn) producedTransient(corr uint32, t *topic, p *partition, acks wire.
 // with a producer id against the partition's producer state: a duplicate is answered with
 // the original base offset (qlog.ErrDuplicate), a refusal with its code.
 func (c *conn) produceDurable(corr uint32, t *topic, p *partition, m *wire.Produce, bt *wire.Batch) {
-	d := p.dlog
+	d := p.dlog()
 	count := bt.RecordCount
 	if d.err != nil {
 		t.stats.rejected.Add(1)

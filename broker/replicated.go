@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	cmeta "github.com/lightq/lightq/cluster/meta"
 	cpart "github.com/lightq/lightq/cluster/partition"
@@ -13,30 +14,42 @@ import (
 )
 
 // replPart is a partition of a replicated topic as this broker knows it: its Raft group, its
-// replicas (the preferred leader first), and its replica here when it holds one (part nil:
-// this broker holds none, and answers every request of the partition NOT_LEADER).
-// Immutable once published.
+// replicas by the metadata (the preferred leader first), and its replica here when it holds
+// one (part nil: this broker holds none, and answers every request of the partition
+// NOT_LEADER). group is immutable; replicas and part change when the partition moves
+// (reconcile in clustertopics.go), and are read without locks from any goroutine.
 type replPart struct {
 	group    uint64
-	replicas []uint64
-	part     *cpart.Partition
-	broken   bool // a replica is placed here but could not be opened: the leader is unknown here
+	replicas atomic.Pointer[[]uint64]
+	part     atomic.Pointer[cpart.Partition]
+	// broken: a replica is placed here but could not be opened, so the leader is not known
+	// here (METADATA names none rather than guess).
+	broken atomic.Bool
+}
+
+func newReplPart(group uint64, replicas []uint64) *replPart {
+	rp := &replPart{group: group}
+	rp.replicas.Store(&replicas)
+	return rp
 }
 
 // leader is the node that leads the partition as far as this broker knows: its replica's
 // view, else the preferred leader (the client then asks that broker, which knows).
 func (rp *replPart) leader() uint64 {
-	if rp.part != nil {
-		return rp.part.Replica().Status().Leader
+	if part := rp.part.Load(); part != nil {
+		return part.Replica().Status().Leader
 	}
-	if len(rp.replicas) > 0 && !rp.broken {
-		return rp.replicas[0]
+	if rs := *rp.replicas.Load(); len(rs) > 0 && !rp.broken.Load() {
+		return rs[0]
 	}
 	return 0
 }
 
 // leads reports whether this broker's replica leads the partition now.
-func (rp *replPart) leads() bool { return rp.part != nil && rp.part.Replica().Status().IsLeader }
+func (rp *replPart) leads() bool {
+	part := rp.part.Load()
+	return part != nil && part.Replica().Status().IsLeader
+}
 
 // notLeader answers a request of a replicated partition this broker does not lead, naming
 // the leader it knows and where clients reach it.
@@ -67,13 +80,14 @@ func (s *Server) clusterBroker(id uint64) (cmeta.Broker, bool) {
 // queue, like a durable ack.
 func (c *conn) produceReplicated(corr uint32, t *topic, p *partition, m *wire.Produce, bt *wire.Batch) {
 	rp := p.repl
-	if rp.part == nil {
+	part := rp.part.Load()
+	if part == nil {
 		c.notLeader(corr, t, p, rp.leader())
 		return
 	}
-	if m.Acks == wire.AcksDurable && p.dlog.shape.mode != fsyncAlways {
+	if m.Acks == wire.AcksDurable && p.dlog().shape.mode != fsyncAlways {
 		t.stats.rejected.Add(1)
-		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("PRODUCE with acks 2 to %s: a replicated topic promises a majority's fsync only with fsync=always (this one has %s); use acks 1", t.name, p.dlog.shape.describeFsync()))
+		c.sendError(corr, wire.CodeInvalidRequest, fmt.Sprintf("PRODUCE with acks 2 to %s: a replicated topic promises a majority's fsync only with fsync=always (this one has %s); use acks 1", t.name, p.dlog().shape.describeFsync()))
 		return
 	}
 	count, size := bt.RecordCount, len(m.Batch)
@@ -81,7 +95,7 @@ func (c *conn) produceReplicated(corr uint32, t *topic, p *partition, m *wire.Pr
 	if acks != wire.AcksNone {
 		c.durableWaits++
 	}
-	rp.part.Produce(m.Batch, count, func(base int64, err error) {
+	part.Produce(m.Batch, count, func(base int64, err error) {
 		if err == nil || errors.Is(err, qlog.ErrDuplicate) {
 			if err != nil {
 				t.stats.duplicates.Add(1)

@@ -32,9 +32,14 @@ type topic struct {
 // wake when it grows.
 type partition struct {
 	id   uint32
-	ring *ring.Ring   // transient topics
-	dlog *durablePart // durable topics (of a replicated topic: only when a replica is here)
-	repl *replPart    // a replicated topic's partition (replicated.go); nil otherwise
+	ring *ring.Ring // transient topics
+	// dl is a durable partition's log (dlog reads it): set before the topic is published and
+	// never changed, but in a replicated topic's partition, which gets one when this broker
+	// gains a replica (clustertopics.go) and a new one when it gains it again after losing it.
+	// Once set it is never nil again: a lost replica's stays, closed (reads fail with the
+	// log's ErrClosed), so that code loading it twice never meets nil the second time.
+	dl   atomic.Pointer[durablePart]
+	repl *replPart // a replicated topic's partition (replicated.go); nil otherwise
 	// logf reports the log's and the syncer's warnings, tagged with topic and partition.
 	// Set once by openDurable before the topic is published, then only read (by the
 	// partition's syncer); nil for a transient partition.
@@ -56,6 +61,10 @@ type partition struct {
 	stats   partitionStats // for /metrics, counted while metrics are on (metrics.go)
 	metrics *brokerMetrics // nil: metrics off; set before the partition's syncer starts
 }
+
+// dlog is the partition's durable log (see dl): nil for a transient partition and for a
+// replicated partition this broker never held. Safe from any goroutine.
+func (p *partition) dlog() *durablePart { return p.dl.Load() }
 
 // queueGroup is a queue group's shared position in one partition: members claim batches from
 // it, so each batch goes to one member. (Not a consumer group: those are named in
@@ -137,8 +146,8 @@ func (t *topic) queueSize() uint64 {
 		case p.ring != nil:
 			oldest, next := p.ring.Messages()
 			n += next - oldest
-		case p.dlog != nil && p.dlog.log != nil:
-			n += uint64(p.dlog.log.NextOffset() - p.dlog.log.StartOffset())
+		case p.dlog() != nil && p.dlog().log != nil:
+			n += uint64(p.dlog().log.NextOffset() - p.dlog().log.StartOffset())
 		}
 	}
 	return n
@@ -154,8 +163,8 @@ func (t *topic) closeLogs() error {
 			p.idem.Release()
 		}
 		p.idemMu.Unlock()
-		if p.dlog != nil {
-			if err := p.dlog.close(); err != nil && first == nil {
+		if p.dlog() != nil {
+			if err := p.dlog().close(); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -186,8 +195,8 @@ func (t *topic) producerStates() int {
 	n := 0
 	for _, p := range t.parts {
 		switch {
-		case p.dlog != nil && p.dlog.log != nil:
-			n += p.dlog.log.ProducerStates()
+		case p.dlog() != nil && p.dlog().log != nil:
+			n += p.dlog().log.ProducerStates()
 		case p.ring != nil:
 			p.idemMu.Lock()
 			if p.idem != nil {
@@ -207,8 +216,8 @@ func (t *topic) metadata() wire.TopicMetadata {
 		case p.ring != nil:
 			oldest, next := p.ring.Messages()
 			pm.StartOffset, pm.EndOffset = int64(oldest), int64(next)
-		case p.dlog != nil && p.dlog.log != nil:
-			pm.StartOffset, pm.EndOffset = p.dlog.log.StartOffset(), p.dlog.visibleLimit(wire.IsolationDurable)
+		case p.dlog() != nil && p.dlog().log != nil:
+			pm.StartOffset, pm.EndOffset = p.dlog().log.StartOffset(), p.dlog().visibleLimit(wire.IsolationDurable)
 		}
 		md.Partitions = append(md.Partitions, pm)
 	}

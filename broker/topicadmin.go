@@ -215,11 +215,11 @@ func (s *Server) newTopic(mt meta.Topic, sh topicShape) *topic {
 		for _, p := range t.parts {
 			logger := s.log.With().Str("topic", mt.Name).Uint32("partition", p.id).Logger()
 			p.metrics = s.metrics
-			p.dlog = openDurable(partitionDir(s.cfg.DataDir, mt.Name, int(p.id)), sh.durable, p, s.producerOptions(mt.Name, p.id), func(format string, args ...any) {
+			p.dl.Store(openDurable(partitionDir(s.cfg.DataDir, mt.Name, int(p.id)), sh.durable, p, s.producerOptions(mt.Name, p.id), func(format string, args ...any) {
 				logger.Warn().Msgf(format, args...)
-			})
-			if p.dlog.err != nil {
-				logger.Error().Err(p.dlog.err).Msg("partition cannot be served; its data is left untouched for repair")
+			}))
+			if p.dlog().err != nil {
+				logger.Error().Err(p.dlog().err).Msg("partition cannot be served; its data is left untouched for repair")
 			}
 		}
 	}

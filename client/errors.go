@@ -88,7 +88,8 @@ func refusalOf(code wire.Code) refusal {
 		wire.CodeCorruptBatch, wire.CodeMessageTooLarge, wire.CodeNotSupported,
 		wire.CodeOffsetOutOfRange, wire.CodeUnknownSubscription,
 		wire.CodeUserExists, wire.CodeUnknownUser,
-		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty, wire.CodeNotCoordinator:
+		wire.CodeUnknownMember, wire.CodeFencedMember, wire.CodeGroupNotEmpty, wire.CodeNotCoordinator,
+		wire.CodeUnknownBroker, wire.CodeBrokerInUse, wire.CodeReplicasChanged:
 		return refusal{} // refused for what it is: sending it again cannot help
 	case wire.CodeNotLeader:
 		// Nothing was done (PROTOCOL.md section 16). The producer moves the partition to its

@@ -70,6 +70,10 @@ const (
 	// Replication (PROTOCOL.md section 16).
 	CodeNotLeader          Code = 41 // this broker does not lead the partition: refresh METADATA (cluster flag) and go to the leader; nothing done
 	CodeReplicationTimeout Code = 42 // the leader did not hear a quorum in time: the batch may or may not be stored
+	// Cluster membership (PROTOCOL.md section 16.2).
+	CodeUnknownBroker   Code = 43 // no broker of that node id in the cluster
+	CodeBrokerInUse     Code = 44 // the broker holds replicas (drain it first), or is being removed and takes none
+	CodeReplicasChanged Code = 45 // the partition's replicas changed meanwhile (another move came first); nothing done
 	// Consumer groups in a cluster (PROTOCOL.md sections 10.1 and 16).
 	CodeNotCoordinator Code = 46 // this broker does not coordinate the group (or is loading it): FIND_COORDINATOR and go there; nothing done
 )
@@ -118,6 +122,9 @@ var codeTable = map[Code]codeInfo{
 	CodeGroupNotEmpty:       {"GROUP_NOT_EMPTY", false},
 	CodeNotLeader:           {"NOT_LEADER", false},
 	CodeReplicationTimeout:  {"REPLICATION_TIMEOUT", false},
+	CodeUnknownBroker:       {"UNKNOWN_BROKER", false},
+	CodeBrokerInUse:         {"BROKER_IN_USE", false},
+	CodeReplicasChanged:     {"REPLICAS_CHANGED", false},
 	CodeNotCoordinator:      {"NOT_COORDINATOR", false},
 }
 

@@ -43,6 +43,11 @@ const (
 	OpGrant          Op = 0x17
 	OpRevoke         Op = 0x18
 	OpListUsers      Op = 0x19
+	OpMoveReplicas   Op = 0x1A
+	OpDrainBroker    Op = 0x1B
+	OpRemoveBroker   Op = 0x1C
+	OpAddBroker      Op = 0x1D
+	OpMembership     Op = 0x1E
 	OpClusterStatus  Op = 0x1F
 	OpProduce        Op = 0x20
 	OpInitProducer   Op = 0x21
@@ -73,6 +78,8 @@ var opNames = map[Op]string{
 	OpFetchCommitted: "FETCH_COMMITTED", OpCreateUser: "CREATE_USER",
 	OpDeleteUser: "DELETE_USER", OpSetPassword: "SET_PASSWORD", OpGrant: "GRANT",
 	OpRevoke: "REVOKE", OpListUsers: "LIST_USERS",
+	OpMoveReplicas: "MOVE_REPLICAS", OpDrainBroker: "DRAIN_BROKER", OpRemoveBroker: "REMOVE_BROKER",
+	OpAddBroker: "ADD_BROKER", OpMembership: "MEMBERSHIP",
 	OpJoinGroup: "JOIN_GROUP", OpHeartbeat: "HEARTBEAT",
 	OpLeaveGroup: "LEAVE_GROUP", OpGroupCommit: "GROUP_COMMIT", OpListGroups: "LIST_GROUPS",
 	OpDescribeGroup: "DESCRIBE_GROUP", OpClusterStatus: "CLUSTER_STATUS", OpFindCoordinator: "FIND_COORDINATOR",

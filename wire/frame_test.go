@@ -272,15 +272,15 @@ func TestOpNames(t *testing.T) {
 			t.Errorf("unknown op 0x%02x prints as %q", i, op.String())
 		}
 	}
-	if known != 32 {
-		t.Errorf("%d known ops, want 32", known)
+	if known != 37 {
+		t.Errorf("%d known ops, want 37", known)
 	}
 }
 
 func TestCodes(t *testing.T) {
 	codes := wire.Codes()
-	if len(codes) != 39 {
-		t.Fatalf("%d codes, want 39", len(codes))
+	if len(codes) != 42 {
+		t.Fatalf("%d codes, want 42", len(codes))
 	}
 	for i, c := range codes {
 		// Codes are allocated in ranges, so there may be gaps; the list is in order.

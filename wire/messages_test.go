@@ -123,6 +123,24 @@ func bodyCases() []struct {
 			Partitions: []wire.GroupPartition{{Partition: 0, Committed: 10, EndOffset: 15, Lag: 5}, {Partition: 1, Committed: -1, EndOffset: 0, Lag: -1}},
 		}, func() wireBody { return new(wire.DescribeGroupResponse) }, 0},
 		{"DescribeGroupResponse empty", &wire.DescribeGroupResponse{}, func() wireBody { return new(wire.DescribeGroupResponse) }, 0},
+		{"AddBroker", &wire.AddBroker{NodeID: 4, Addr: "10.0.0.4:7450", TLSAddr: "10.0.0.4:7451", ClusterAddr: "10.0.0.4:7460"}, func() wireBody { return new(wire.AddBroker) }, 0},
+		{"MoveReplicas", &wire.MoveReplicas{Topic: "orders", Partition: 3, Replicas: []uint32{2, 3, 4}}, func() wireBody { return new(wire.MoveReplicas) }, 0},
+		{"MoveReplicas none", &wire.MoveReplicas{Topic: "orders"}, func() wireBody { return new(wire.MoveReplicas) }, 0},
+		{"BrokerID", &wire.BrokerID{NodeID: 1<<32 - 1}, func() wireBody { return new(wire.BrokerID) }, 0},
+		{"DrainBrokerResponse", &wire.DrainBrokerResponse{Moves: 12}, func() wireBody { return new(wire.DrainBrokerResponse) }, 0},
+		{"Membership", &wire.Membership{Topic: "orders", AfterTopic: "orders", AfterPartition: 7, MovingOnly: true}, func() wireBody { return new(wire.Membership) }, 0},
+		{"Membership all", &wire.Membership{}, func() wireBody { return new(wire.Membership) }, 0},
+		{"MembershipResponse", &wire.MembershipResponse{NodeID: 2, MetaLeader: 1, More: true,
+			Brokers: []wire.MemberBroker{
+				{NodeID: 1, State: wire.BrokerActive, Meta: wire.MetaVoter, Addr: "a:1", ClusterAddr: "a:2", Replicas: 3},
+				{NodeID: 4, State: wire.BrokerRemoving, Meta: wire.MetaNone, Addr: "d:1", TLSAddr: "d:3", ClusterAddr: "d:2", Leaving: 1},
+			},
+			Partitions: []wire.MemberPartition{
+				{Topic: "orders", Partition: 0, Group: 2, Replicas: []uint32{2, 3, 4}, Previous: []uint32{1, 2, 3}, Held: true, Leads: true, Leader: 2,
+					Voters: []uint32{1, 2, 3}, Learners: []uint32{4}},
+				{Topic: "orders", Partition: 1, Group: 3, Replicas: []uint32{1}},
+			}}, func() wireBody { return new(wire.MembershipResponse) }, 0},
+		{"MembershipResponse empty", &wire.MembershipResponse{}, func() wireBody { return new(wire.MembershipResponse) }, 0},
 	}
 }
 
@@ -265,6 +283,23 @@ func TestBodyDecodeErrors(t *testing.T) {
 		{"FindCoordinatorResponse address 256", func() wireBody { return new(wire.FindCoordinatorResponse) }, body(u32(1), u32(2), str(strings.Repeat("a", 256)), str(""))},
 		{"FindCoordinatorResponse no TLS address", func() wireBody { return new(wire.FindCoordinatorResponse) }, body(u32(1), u32(2), str("a:1"))},
 		{"DescribeGroupResponse zero member", func() wireBody { return new(wire.DescribeGroupResponse) }, body(u32(1), u32(1), make([]byte, 16), str(""), str(""), u32(0), u32(0), u32(0), u32(0))},
+		// Cluster membership bodies: node lists, flags, broker states.
+		{"MoveReplicas 17 replicas", func() wireBody { return new(wire.MoveReplicas) }, body(str("t"), u32(0), u16(17), rep(17*4, "\x00"))},
+		{"MoveReplicas replicas over bytes", func() wireBody { return new(wire.MoveReplicas) }, body(str("t"), u32(0), u16(3), u32(1), u32(2))},
+		{"AddBroker address 256", func() wireBody { return new(wire.AddBroker) }, body(u32(4), str(strings.Repeat("a", 256)), str(""), str("c:1"))},
+		{"BrokerID long", func() wireBody { return new(wire.BrokerID) }, body(u32(1), u8(0))},
+		{"Membership flags 2", func() wireBody { return new(wire.Membership) }, body(str(""), str(""), u32(0), u8(2))},
+		{"MembershipResponse broker state 3", func() wireBody { return new(wire.MembershipResponse) },
+			body(u32(1), u32(1), u16(1), u32(1), u8(3), u8(1), str("a:1"), str(""), str("a:2"), u32(0), u32(0), u32(0), u8(0))},
+		{"MembershipResponse metadata member 3", func() wireBody { return new(wire.MembershipResponse) },
+			body(u32(1), u32(1), u16(1), u32(1), u8(1), u8(3), str("a:1"), str(""), str("a:2"), u32(0), u32(0), u32(0), u8(0))},
+		{"MembershipResponse 64K brokers", func() wireBody { return new(wire.MembershipResponse) }, body(u32(1), u32(1), u16(0xffff))},
+		{"MembershipResponse 4G partitions", func() wireBody { return new(wire.MembershipResponse) }, body(u32(1), u32(1), u16(0), u32(0xffffffff))},
+		{"MembershipResponse partition flags 4", func() wireBody { return new(wire.MembershipResponse) },
+			body(u32(1), u32(1), u16(0), u32(1), str("t"), u32(0), i64(2), u16(0), u16(0), u8(4), u32(0), u16(0), u16(0), u8(0))},
+		{"MembershipResponse 17 voters", func() wireBody { return new(wire.MembershipResponse) },
+			body(u32(1), u32(1), u16(0), u32(1), str("t"), u32(0), i64(2), u16(0), u16(0), u8(3), u32(0), u16(17), rep(17*4, "\x00"), u16(0), u8(0))},
+		{"MembershipResponse more 2", func() wireBody { return new(wire.MembershipResponse) }, body(u32(1), u32(1), u16(0), u32(0), u8(2))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

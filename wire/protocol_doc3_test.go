@@ -122,7 +122,62 @@ func clusterExamples() []protocolExample {
 					}},
 				{ID: 1, View: wire.ViewFollower, Leader: 3, Term: 2, Commit: 25, Applied: 25, HighWatermark: 96, LogEnd: 96},
 			}}}}))
+	add("move-replicas-request",
+		frame(wire.OpMoveReplicas, 0, 50, body(func(a *annotated) {
+			a.str("orders", "topic")
+			a.u32(3, "partition 3")
+			a.u16(3, "replica count 3")
+			for _, n := range []uint32{2, 3, 4} {
+				a.u32(n, "  node %d", n)
+			}
+		})),
+		wireFrame(wire.OpMoveReplicas, 0, 50, &wire.MoveReplicas{Topic: "orders", Partition: 3, Replicas: []uint32{2, 3, 4}}))
+	status := wire.MembershipResponse{NodeID: 2, MetaLeader: 1}
+	held := map[uint32][2]uint32{1: {1, 1}, 2: {2, 0}, 3: {2, 0}, 4: {1, 0}}
+	for n := uint32(1); n <= 4; n++ {
+		status.Brokers = append(status.Brokers, wire.MemberBroker{NodeID: n, State: wire.BrokerActive, Meta: wire.MetaVoter,
+			Addr: clusterAddr(n), ClusterAddr: peerAddr(n), Replicas: held[n][0], Leaving: held[n][1]})
+	}
+	status.Partitions = []wire.MemberPartition{{Topic: "orders", Partition: 3, Group: 5, Replicas: []uint32{2, 3, 4}, Previous: []uint32{1, 2, 3},
+		Held: true, Leads: true, Leader: 2, Voters: []uint32{1, 2, 3}, Learners: []uint32{4}}}
+	add("membership-response",
+		frame(wire.OpMembership, resp, 51, body(func(a *annotated) {
+			a.u32(2, "node id of the answering broker: 2")
+			a.u32(1, "metadata group leader: node 1")
+			a.u16(4, "broker count 4")
+			for n := uint32(1); n <= 4; n++ {
+				a.u32(n, "  node %d", n)
+				a.u8(1, "  state 1 (active)")
+				a.u8(1, "  metadata member 1 (voter)")
+				a.str(clusterAddr(n), "  client address")
+				a.str("", "  TLS address (no TLS listener)")
+				a.str(peerAddr(n), "  cluster address")
+				a.u32(held[n][0], "  replica of %d partitions", held[n][0])
+				a.u32(held[n][1], "  leaving %d", held[n][1])
+			}
+			a.u32(1, "partition count 1")
+			a.str("orders", "  topic")
+			a.u32(3, "  partition 3")
+			a.u64(5, "  raft group 5")
+			nodes := func(what string, ids ...uint32) {
+				a.u16(uint16(len(ids)), "  %s count %d", what, len(ids))
+				for _, id := range ids {
+					a.u32(id, "    node %d", id)
+				}
+			}
+			nodes("replica", 2, 3, 4)
+			nodes("previous replica", 1, 2, 3)
+			a.u8(3, "  flags: bit 0 held here, bit 1 leads")
+			a.u32(2, "  leader: node 2")
+			nodes("voter", 1, 2, 3)
+			nodes("learner", 4)
+			a.u8(0, "more 0")
+		})),
+		wireFrame(wire.OpMembership, resp, 51, &status))
 	return ex
 }
+
+// peerAddr is node n's cluster address in the examples.
+func peerAddr(n uint32) string { return "127.0.0." + string(rune('0'+n)) + ":7460" }
 
 func clusterAddr(n uint32) string { return "127.0.0." + string(rune('0'+n)) + ":7400" }

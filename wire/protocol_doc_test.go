@@ -254,6 +254,17 @@ var bodyTypes = []struct {
 	{wire.OpClusterStatus, true, func() wireBody { return new(wire.ClusterStatusResponse) }},
 	{wire.OpFindCoordinator, false, func() wireBody { return new(wire.FindCoordinator) }},
 	{wire.OpFindCoordinator, true, func() wireBody { return new(wire.FindCoordinatorResponse) }},
+	// New bodies go last: FuzzBodies' corpus names a body type by its index among these.
+	{wire.OpMoveReplicas, false, func() wireBody { return new(wire.MoveReplicas) }},
+	{wire.OpMoveReplicas, true, nil},
+	{wire.OpDrainBroker, false, func() wireBody { return new(wire.BrokerID) }},
+	{wire.OpDrainBroker, true, func() wireBody { return new(wire.DrainBrokerResponse) }},
+	{wire.OpRemoveBroker, false, func() wireBody { return new(wire.BrokerID) }},
+	{wire.OpRemoveBroker, true, nil},
+	{wire.OpAddBroker, false, func() wireBody { return new(wire.AddBroker) }},
+	{wire.OpAddBroker, true, nil},
+	{wire.OpMembership, false, func() wireBody { return new(wire.Membership) }},
+	{wire.OpMembership, true, func() wireBody { return new(wire.MembershipResponse) }},
 }
 
 // bodyFor returns the body constructor for a frame, and whether the frame is defined at all.

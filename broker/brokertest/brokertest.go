@@ -65,6 +65,30 @@ func StartWith(t testing.TB, cfg broker.Config) *broker.Server {
 	return srv
 }
 
+// StartMember starts broker node of a cluster (PROTOCOL.md section 16.2), changed by mutate
+// (may be nil). With join false it founds a cluster of one, with join true it joins a
+// running cluster and waits until an admin adds it (ADD_BROKER with its Addr and
+// ClusterAddr); peers are the members it can reach (node id to cluster address, another
+// broker's Server.ClusterAddr), and its own cluster port listens on a free loopback port.
+// The members learn a joining broker's address from the metadata, so no port is chosen in
+// advance.
+func StartMember(t testing.TB, node uint32, peers map[uint64]string, join bool, mutate func(*broker.Config)) *broker.Server {
+	t.Helper()
+	cfg := Config(t)
+	cfg.NodeID = node
+	all := map[uint64]string{uint64(node): "127.0.0.1:0"}
+	for id, addr := range peers {
+		if id != uint64(node) {
+			all[id] = addr
+		}
+	}
+	cfg.Cluster = broker.ClusterConfig{Peers: all, Secret: []byte(ClusterSecret), Join: join}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return StartWith(t, cfg)
+}
+
 // ListenAddr finds the address in the "lightq listening" line of a broker's JSON log, so that
 // a test can start a broker process on 127.0.0.1:0 and learn the port it got. (Reserving a
 // free port and passing it on loses the port whenever another process takes it meanwhile.)

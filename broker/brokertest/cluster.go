@@ -10,7 +10,7 @@ import (
 	"github.com/lightq/lightq/internal/proxytest"
 )
 
-// ClusterSecret is the cluster secret of StartCluster's brokers.
+// ClusterSecret is the cluster secret of StartCluster's and StartMember's brokers.
 const ClusterSecret = "brokertest-cluster-secret"
 
 // Cluster is brokers of one cluster in this process. Each cluster port listens on

@@ -28,7 +28,8 @@ var (
 	// ErrBrokerInUse: RemoveBroker of a broker that still holds replicas or coordinates a
 	// group (move them first); CreateTopic or SetReplicas naming a broker that is not active.
 	ErrBrokerInUse = errors.New("meta: broker in use")
-	// ErrConflict: SetReplicas whose From is no longer the partition's replica list.
+	// ErrConflict: SetReplicas whose From is no longer the partition's replica list, or
+	// FinishMove of a move that was changed (or a partition that was created again) meanwhile.
 	ErrConflict = errors.New("meta: replicas changed meanwhile")
 )
 
@@ -234,7 +235,9 @@ func (c *RemoveBroker) apply(e *editor) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %d", ErrUnknownBroker, c.ID)
 	}
 	if n, _ := e.s.replicaCounts(); n[c.ID] > 0 {
-		return Result{}, fmt.Errorf("%w: broker %d holds %d partition replicas: move them first", ErrBrokerInUse, c.ID, n[c.ID])
+		h := e.s.HeldBy(c.ID)
+		return Result{}, fmt.Errorf("%w: broker %d is a replica of %d partitions and is leaving %d more whose moves have not finished (the first: %s): drain it first",
+			ErrBrokerInUse, c.ID, h.Replicas, h.Leaving, h.First)
 	}
 	for g, node := range e.s.coordinators {
 		if node == c.ID {
@@ -353,34 +356,6 @@ func (c *DeleteTopic) apply(e *editor) (Result, error) {
 		}
 	}
 	return Result{}, nil
-}
-
-func (c *SetReplicas) apply(e *editor) (Result, error) {
-	t, ok := e.s.topics[c.Topic]
-	switch {
-	case !ok:
-		return Result{}, fmt.Errorf("%w: %q", ErrUnknownTopic, c.Topic)
-	case c.Partition >= len(t.Partitions):
-		return Result{}, invalid("topic %q has %d partitions, no partition %d", c.Topic, len(t.Partitions), c.Partition)
-	}
-	cur := t.Partitions[c.Partition]
-	if !slices.Equal(cur.Replicas, c.From) {
-		return Result{}, fmt.Errorf("%w: topic %q partition %d: replicas %v, not %v", ErrConflict, c.Topic, c.Partition, cur.Replicas, c.From)
-	}
-	var added []uint64
-	for _, id := range c.To {
-		if !slices.Contains(cur.Replicas, id) {
-			added = append(added, id)
-		}
-	}
-	if err := activeBrokers(e.s, fmt.Sprintf("topic %q partition %d", c.Topic, c.Partition), added); err != nil {
-		return Result{}, err
-	}
-	nt := *t
-	nt.Partitions = slices.Clone(t.Partitions)
-	nt.Partitions[c.Partition] = Partition{Group: cur.Group, Replicas: slices.Clone(c.To)}
-	e.topicMap()[c.Topic] = &nt
-	return Result{Groups: []uint64{cur.Group}}, nil
 }
 
 func (c *CreateUser) apply(e *editor) (Result, error) {

@@ -79,6 +79,8 @@ func TestApplyBrokers(t *testing.T) {
 		step{&SetCoordinator{Group: "g", Node: 2}, ErrBrokerInUse},
 		step{&SetCoordinator{Group: "g", Node: 3}, nil},
 		step{&RemoveBroker{ID: 3}, ErrBrokerInUse}, // replicas, and it coordinates g
+		step{&RemoveBroker{ID: 2}, ErrBrokerInUse}, // the move off it has not finished
+		step{&FinishMove{Topic: "t", Partition: 0, Group: 2, Replicas: []uint64{1, 3}}, nil},
 		step{&RemoveBroker{ID: 2}, nil},
 	)
 	if _, ok := st.Broker(2); ok {

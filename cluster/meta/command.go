@@ -41,6 +41,7 @@ const (
 	opGrant          op = 10
 	opRevoke         op = 11
 	opSetCoordinator op = 12
+	opFinishMove     op = 13
 )
 
 func newCommand(o op) Command {
@@ -69,6 +70,8 @@ func newCommand(o op) Command {
 		return new(Revoke)
 	case opSetCoordinator:
 		return new(SetCoordinator)
+	case opFinishMove:
+		return new(FinishMove)
 	}
 	return nil
 }
@@ -98,6 +101,7 @@ const (
 //	SetPassword    name str | hash bytes
 //	Grant, Revoke  user str | topic str | roles u8
 //	SetCoordinator group str | node u64
+//	FinishMove     topic str | partition u32 | group u64 | replicas u8 × id u64
 //
 // The request id is the proposer's (random), by which it recognises its command when it
 // applies it. Every value has one encoding (decode then encode gives the same bytes). NEVER
@@ -177,7 +181,8 @@ type CreateTopic struct {
 type DeleteTopic struct{ Name string }
 
 // SetReplicas changes the replicas of one partition (moving it), if they are still From
-// (ErrConflict otherwise: another change came first). Brokers added must be active.
+// (ErrConflict otherwise: another change came first). Brokers added must be active. The move
+// is under way until FinishMove (see Partition).
 type SetReplicas struct {
 	Topic     string
 	Partition int
@@ -230,6 +235,7 @@ func (*SetPassword) op() op    { return opSetPassword }
 func (*Grant) op() op          { return opGrant }
 func (*Revoke) op() op         { return opRevoke }
 func (*SetCoordinator) op() op { return opSetCoordinator }
+func (*FinishMove) op() op     { return opFinishMove }
 
 func (c *AddBroker) appendBody(dst []byte) []byte {
 	dst = wire.AppendU64(dst, c.ID)

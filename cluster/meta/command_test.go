@@ -34,6 +34,7 @@ func sampleCommands() []Command {
 		&Revoke{User: "alice", Topic: "orders", Roles: wire.RolesBoth},
 		&SetCoordinator{Group: "billing", Node: 3},
 		&SetCoordinator{Group: "billing"},
+		&FinishMove{Topic: "orders", Partition: 2, Group: 9, Replicas: []uint64{4, 1, 2}},
 	}
 }
 
@@ -66,6 +67,8 @@ func TestCommandGolden(t *testing.T) {
 		{&Grant{User: "u", Topic: "t", Roles: wire.RolesBoth}, "01" + hex.EncodeToString(testID[:]) + "0a" + "000175" + "000174" + "03"},
 		{&SetReplicas{Topic: "t", Partition: 1, From: []uint64{1}, To: []uint64{2, 3}}, "01" + hex.EncodeToString(testID[:]) + "06" +
 			"000174" + "00000001" + "01" + "0000000000000001" + "02" + "0000000000000002" + "0000000000000003"},
+		{&FinishMove{Topic: "t", Partition: 1, Group: 3, Replicas: []uint64{2}}, "01" + hex.EncodeToString(testID[:]) + "0d" +
+			"000174" + "00000001" + "0000000000000003" + "01" + "0000000000000002"},
 		{&CreateTopic{Name: "t", Kind: wire.KindDurable, CreatedAt: 1, Options: []wire.Option{{Key: "k", Value: "v"}}, Placement: [][]uint64{{9}}},
 			"01" + hex.EncodeToString(testID[:]) + "04" + "000174" + "02" + "0000" + "00000000" + "0000000000000001" +
 				"01" + "00016b" + "000176" + "0001" + "01" + "0000000000000009"},

@@ -15,7 +15,7 @@
 //
 // Each change is a Command (command.go: AddBroker, DrainBroker, RemoveBroker, CreateTopic,
 // DeleteTopic, SetReplicas, CreateUser, DeleteUser, SetPassword, Grant, Revoke,
-// SetCoordinator), encoded in a versioned binary layout and stored as one Raft entry (a
+// SetCoordinator; moves.go: FinishMove), encoded in a versioned binary layout and stored as one Raft entry (a
 // format-2 batch of one record, so that the log is a cluster/raftlog segment log like a
 // partition's). Apply (apply.go) checks every command again against the state of the moment
 // it applies: a command that was valid when proposed and is not any more (the same topic
@@ -26,6 +26,17 @@
 // same everywhere. A command carries a random request id: its proposer recognises it when it
 // applies it, and a command delivered twice (a duplicated forward) is applied once (the
 // state remembers the last 1024 ids).
+//
+// # Moves
+//
+// Moving a partition's replicas (moves.go) takes two commands: SetReplicas gives it the new
+// replicas and keeps the old ones in Partition.Previous while the partition's own Raft group
+// changes its membership (its leader, on a broker, drives that), and FinishMove, proposed by
+// that leader once the group's voters are the new replicas, ends it. Until then every broker
+// of either list holds (or may hold) a replica: Assignments lists it, RemoveBroker refuses it,
+// Place counts it. PlanDrain computes the moves that empty a drained broker. Partition.Moves
+// counts moves, so that a broker opening a replica knows whether the replicas are still the
+// voters the group was created with (it bootstraps) or not (it joins).
 //
 // # Proposals
 //

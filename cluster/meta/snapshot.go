@@ -15,11 +15,12 @@ import (
 // behind (raftpb.Snapshot.Data) and what the snapshot file keeps (snapfile.go). Big-endian;
 // str is u16 length + bytes, bytes u32 length + bytes:
 //
-//	0 magic "LQMS" | 4 version u8 = 1 | 5 reserved [3] zero | 8 crc32c u32 of bytes 12.. |
+//	0 magic "LQMS" | 4 version u8 = 2 | 5 reserved [3] zero | 8 crc32c u32 of bytes 12.. |
 //	12 index u64 | next group u64 |
 //	brokers u32 × (id u64 | state u8 | client addr str | tls addr str | cluster addr str)
 //	topics u32 × (name str | kind u8 | user str | created unix ms i64 |
-//	              options u8 × (key str | value str) | partitions u16 × (group u64 | replicas u8 × id u64))
+//	              options u8 × (key str | value str) |
+//	              partitions u16 × (group u64 | replicas u8 × id u64 | previous u8 × id u64 | moves u32))
 //	users u32 × (name str | hash bytes | admin u8 (0 or 1) | grants u32 × (topic str | roles u8))
 //	coordinators u32 × (group str | node u64)
 //	recent request ids u16 × [16]
@@ -28,11 +29,16 @@ import (
 // key once, so a state has one encoding (equal states, equal bytes). The decoder checks the
 // whole state: names and values by the rules commands are checked by, every replica and
 // coordinator an existing broker, every group id unique and below next group, every grant on
-// an existing topic, every topic user an existing user. NEVER CHANGE version 1: snapshots go
-// between brokers of different releases and stay on disk.
+// an existing topic, every topic user an existing user.
+//
+// Version 1 is the same without a partition's previous replicas and moves (read as none and
+// 0): it is still read, and written no more. Version 2 adds them for moves (moves.go). NEVER
+// CHANGE a version: snapshots go between brokers of different releases and stay on disk. A
+// broker that reads only version 1 cannot take a version-2 snapshot, so every member must run
+// a release that reads version 2 before any member writes one.
 const (
 	stateMagic   = "LQMS"
-	stateVersion = 1
+	stateVersion = 2
 	stateHeader  = 12
 	// MaxSnapshot bounds a state snapshot, below the transport's largest frame (64 MiB).
 	MaxSnapshot = 32 << 20
@@ -66,6 +72,8 @@ func appendState(dst []byte, s *State) []byte {
 		for _, p := range t.Partitions {
 			dst = wire.AppendU64(dst, p.Group)
 			dst = appendIDs(dst, p.Replicas)
+			dst = appendIDs(dst, p.Previous)
+			dst = wire.AppendU32(dst, p.Moves)
 		}
 	}
 	dst = wire.AppendU32(dst, uint32(len(s.users)))
@@ -111,14 +119,15 @@ func decodeState(b []byte) (*State, error) {
 		return bad("%d bytes, shorter than its header", len(b))
 	case string(b[:4]) != stateMagic:
 		return bad("magic %q, want %q", b[:4], stateMagic)
-	case b[4] != stateVersion:
-		return bad("version %d, this broker reads %d (written by a newer broker?)", b[4], stateVersion)
+	case b[4] != 1 && b[4] != stateVersion:
+		return bad("version %d, this broker reads 1 and %d (written by a newer broker?)", b[4], stateVersion)
 	case b[5]|b[6]|b[7] != 0:
 		return bad("reserved bytes not zero")
 	}
 	if got, want := crc32.Checksum(b[stateHeader:], castagnoli), binary.BigEndian.Uint32(b[8:]); got != want {
 		return bad("crc32c %08x, stored %08x", got, want)
 	}
+	version := b[4]
 	r := wire.NewReader(b[stateHeader:])
 	s := emptyState()
 	s.index, s.nextGroup = r.U64(), r.U64()
@@ -165,12 +174,31 @@ func decodeState(b []byte) (*State, error) {
 		t.User = r.String(wire.MaxUser, "user name")
 		t.CreatedAt = time.UnixMilli(r.I64()).UTC()
 		t.Options = readOptions(&r)
-		parts := make([]Partition, count(uint32(r.U16()), 9, "partitions"))
+		minPart := uint64(9)
+		if version >= 2 {
+			minPart = 14 // group, two counts, moves
+		}
+		parts := make([]Partition, count(uint32(r.U16()), minPart, "partitions"))
 		placement := make([][]uint64, len(parts))
 		for j := range parts {
 			parts[j].Group = r.U64()
 			parts[j].Replicas = readIDs(&r)
+			if version >= 2 {
+				parts[j].Previous = readIDs(&r)
+				parts[j].Moves = r.U32()
+			}
 			placement[j] = parts[j].Replicas
+			if p := parts[j].Previous; p != nil {
+				if cerr := checkReplicas(fmt.Sprintf("topic %q partition %d (previous replicas)", t.Name, j), p); cerr != nil {
+					fail("%v", cerr)
+				}
+				if n := len(parts[j].Holders()); n > MaxReplicas {
+					fail("topic %q partition %d: %d brokers hold replicas, limit %d", t.Name, j, n, MaxReplicas)
+				}
+				if parts[j].Moves == 0 {
+					fail("topic %q partition %d: a move under way, and 0 moves", t.Name, j)
+				}
+			}
 			switch g := parts[j].Group; {
 			case g < FirstPartitionGroup || g >= s.nextGroup:
 				fail("topic %q partition %d: group %d outside [%d, %d)", t.Name, j, g, FirstPartitionGroup, s.nextGroup)
@@ -178,7 +206,7 @@ func decodeState(b []byte) (*State, error) {
 				fail("topic %q partition %d: group %d is another partition's", t.Name, j, g)
 			}
 			groups[parts[j].Group] = true
-			for _, id := range parts[j].Replicas {
+			for _, id := range parts[j].Holders() {
 				if _, ok := s.brokers[id]; !ok {
 					fail("topic %q partition %d: replica %d is no broker", t.Name, j, id)
 				}

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,10 @@ func sampleState(t testing.TB) *State {
 		&Grant{User: "ops", Roles: wire.RolesAdmin},
 		&Grant{User: "ops", Topic: "events", Roles: wire.RolesConsume},
 		&SetCoordinator{Group: "billing", Node: 2},
+		// A finished move (partition 0) and one under way (partition 1).
+		&SetReplicas{Topic: "orders", Partition: 0, From: []uint64{1, 2, 3}, To: []uint64{1, 3, 2}},
+		&FinishMove{Topic: "orders", Partition: 0, Group: 2, Replicas: []uint64{1, 3, 2}},
+		&SetReplicas{Topic: "orders", Partition: 1, From: []uint64{2, 3, 1}, To: []uint64{2, 1}},
 		&DrainBroker{ID: 3},
 	} {
 		i++
@@ -58,6 +63,69 @@ func TestStateRoundTrip(t *testing.T) {
 			t.Fatalf("decoded index %d, %d users, %d topics", got.Index(), got.UserCount(), got.TopicCount())
 		}
 	}
+}
+
+// TestStateVersion1: a snapshot of the first layout (no moves) still decodes, as a state
+// with no move under way and no moves counted, and is written in the current layout.
+func TestStateVersion1(t *testing.T) {
+	st := sampleState(t)
+	b := appendStateV1(st)
+	got, err := decodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := got.Topic("orders")
+	for i, p := range o.Partitions {
+		if p.Previous != nil || p.Moves != 0 {
+			t.Fatalf("partition %d: previous %v moves %d", i, p.Previous, p.Moves)
+		}
+	}
+	want, _ := st.Topic("orders")
+	if !slices.Equal(o.Partitions[1].Replicas, want.Partitions[1].Replicas) || got.Index() != st.Index() || got.UserCount() != st.UserCount() {
+		t.Fatal("version 1 decoded differently")
+	}
+	if again := appendState(nil, got); again[4] != stateVersion {
+		t.Fatalf("re-encoded as version %d", again[4])
+	}
+}
+
+// appendStateV1 is the version-1 encoder (without a partition's previous replicas and moves),
+// to check that such snapshots still decode.
+func appendStateV1(s *State) []byte {
+	b := appendState(nil, s)
+	cur, err := decodeState(b)
+	if err != nil {
+		panic(err)
+	}
+	var dst []byte
+	dst = append(dst, stateMagic...)
+	dst = append(dst, 1, 0, 0, 0, 0, 0, 0, 0)
+	dst = wire.AppendU64(dst, cur.index)
+	dst = wire.AppendU64(dst, cur.nextGroup)
+	dst = wire.AppendU32(dst, uint32(len(cur.brokers)))
+	for _, b := range cur.Brokers() {
+		dst = wire.AppendU64(dst, b.ID)
+		dst = append(dst, byte(b.State))
+		dst = appendStr(appendStr(appendStr(dst, b.ClientAddr), b.TLSAddr), b.ClusterAddr)
+	}
+	dst = wire.AppendU32(dst, uint32(len(cur.topics)))
+	for _, t := range cur.Topics() {
+		dst = appendStr(dst, t.Name)
+		dst = append(dst, byte(t.Kind))
+		dst = appendStr(dst, t.User)
+		dst = wire.AppendI64(dst, t.CreatedAt.UnixMilli())
+		dst = appendOptions(dst, t.Options)
+		dst = wire.AppendU16(dst, uint16(len(t.Partitions)))
+		for _, p := range t.Partitions {
+			dst = appendIDs(wire.AppendU64(dst, p.Group), p.Replicas)
+		}
+	}
+	// The users, coordinators and request ids are laid out as in version 2: copy them.
+	rest := appendState(nil, &State{index: cur.index, nextGroup: cur.nextGroup, brokers: map[uint64]*Broker{}, topics: map[string]*Topic{},
+		users: cur.users, coordinators: cur.coordinators, recent: cur.recent})
+	dst = append(dst, rest[stateHeader+8+8+4+4:]...)
+	binary.BigEndian.PutUint32(dst[8:], crc32.Checksum(dst[stateHeader:], castagnoli))
+	return dst
 }
 
 // reseal recomputes the CRC of a state snapshot after a test changed its bytes.
@@ -93,7 +161,7 @@ func TestDecodeStateErrors(t *testing.T) {
 	}{
 		{"empty", nil, "0 bytes, shorter than its header"},
 		{"magic", with(func(b []byte) []byte { b[0] = 'X'; return b }), "magic"},
-		{"version 2", with(func(b []byte) []byte { b[4] = 2; return b }), "version 2, this broker reads 1"},
+		{"version 3", with(func(b []byte) []byte { b[4] = 3; return b }), "version 3, this broker reads 1 and 2"},
 		{"reserved", with(func(b []byte) []byte { b[6] = 1; return b }), "reserved bytes"},
 		{"flipped bit", with(func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }), "crc32c"},
 		{"truncated", reseal(bytes.Clone(good[:len(good)-3])), "cannot fit"},
@@ -121,6 +189,21 @@ func TestDecodeStateErrors(t *testing.T) {
 		}), "a/b"},
 		{"empty hash", encoded(func(s *State) { u := *s.users["ops"]; u.Hash = nil; s.users["ops"] = &u }), "password hash of 1-1024 bytes"},
 		{"too many request ids", encoded(func(s *State) { s.recent = make([][16]byte, dedupWindow+1) }), "1025 request ids, limit 1024"},
+		{"previous no broker", encoded(func(s *State) {
+			t := *s.topics["orders"]
+			t.Partitions = []Partition{t.Partitions[0], {Group: 3, Replicas: []uint64{2}, Previous: []uint64{2, 9}, Moves: 1}}
+			s.topics["orders"] = &t
+		}), "replica 9 is no broker"},
+		{"previous twice", encoded(func(s *State) {
+			t := *s.topics["orders"]
+			t.Partitions = []Partition{t.Partitions[0], {Group: 3, Replicas: []uint64{2}, Previous: []uint64{1, 1}, Moves: 1}}
+			s.topics["orders"] = &t
+		}), "node 1 listed twice"},
+		{"moving without moves", encoded(func(s *State) {
+			t := *s.topics["orders"]
+			t.Partitions = []Partition{t.Partitions[0], {Group: 3, Replicas: []uint64{2}, Previous: []uint64{1}}}
+			s.topics["orders"] = &t
+		}), "a move under way, and 0 moves"},
 	} {
 		if _, err := decodeState(tc.b); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrMalformed with %q", tc.name, err, tc.want)
@@ -194,7 +277,7 @@ func TestDecodeSnapFileErrors(t *testing.T) {
 		{"truncated", resealFile(bytes.Clone(good[:len(good)-1])), "needs"},
 		{"trailing", resealFile(append(bytes.Clone(good), 1)), "trailing"},
 		{"membership", with(func(b []byte) []byte { b[32] = 0xff; return resealFile(b) }), "membership"},
-		{"index mismatch", mismatch, "a state as of index 10 in a snapshot at index 11"},
+		{"index mismatch", mismatch, "a state as of index 13 in a snapshot at index 14"},
 	} {
 		if _, _, err := decodeSnapFile(tc.b); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrMalformed with %q", tc.name, err, tc.want)

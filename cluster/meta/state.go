@@ -50,10 +50,43 @@ type Broker struct {
 }
 
 // Partition is where one partition of a topic lives: its Raft group and its replicas, the
-// preferred leader first. Replicas is read-only.
+// preferred leader first. Replicas and Previous are read-only.
+//
+// A move (SetReplicas) sets Replicas to the new list at once and keeps in Previous the
+// replicas the move started from: the partition's Raft group changes its membership to
+// Replicas one step at a time (its leader drives it), and until it has, any broker of Previous
+// may still hold a replica and take part in the group. The leader ends the move (FinishMove)
+// once the group's voters are Replicas; Previous is then nil. Holders is both lists.
 type Partition struct {
 	Group    uint64
 	Replicas []uint64
+	// Previous is nil when no move is under way; else the replicas before it (for a move
+	// changed again before it finished, those of every unfinished move), in their order.
+	Previous []uint64
+	// Moves counts the moves (SetReplicas) the partition has had. While it is 0, Replicas are
+	// the voters the group was created with, which a broker opening a new replica of it
+	// bootstraps (cluster/replica Config.Peers); a replica of a moved partition always joins
+	// (Config.Join): bootstrapping from another list would make its log disagree with the
+	// group's at the same indexes.
+	Moves uint32
+}
+
+// Moving reports whether a move of the partition is under way.
+func (p Partition) Moving() bool { return p.Previous != nil }
+
+// Holders is every broker that holds, or may still hold, a replica of the partition:
+// Replicas, then the brokers of Previous not among them.
+func (p Partition) Holders() []uint64 {
+	if p.Previous == nil {
+		return p.Replicas
+	}
+	out := slices.Clone(p.Replicas)
+	for _, id := range p.Previous {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Topic is a topic of the cluster. Options and Partitions are read-only.
@@ -84,6 +117,7 @@ type Assignment struct {
 	Partition int
 	Group     uint64
 	Replicas  []uint64 // read-only; the preferred leader first
+	Previous  []uint64 // read-only; nil unless a move is under way (Partition.Previous)
 }
 
 // dedupWindow is how many request ids the state remembers, to apply a command that the
@@ -209,16 +243,17 @@ func (s *State) Partition(group uint64) (Assignment, bool) {
 		return Assignment{}, false
 	}
 	p := g.topic.Partitions[g.partition]
-	return Assignment{Topic: g.topic.Name, Partition: g.partition, Group: p.Group, Replicas: p.Replicas}, true
+	return Assignment{Topic: g.topic.Name, Partition: g.partition, Group: p.Group, Replicas: p.Replicas, Previous: p.Previous}, true
 }
 
-// Assignments returns the partitions that node replicates, by group id: what a broker opens.
+// Assignments returns the partitions that node replicates or may still replicate (it is among
+// their Holders), by group id: what a broker opens.
 func (s *State) Assignments(node uint64) []Assignment {
 	var out []Assignment
 	for _, t := range s.topics {
 		for i, p := range t.Partitions {
-			if slices.Contains(p.Replicas, node) {
-				out = append(out, Assignment{Topic: t.Name, Partition: i, Group: p.Group, Replicas: p.Replicas})
+			if slices.Contains(p.Replicas, node) || slices.Contains(p.Previous, node) {
+				out = append(out, Assignment{Topic: t.Name, Partition: i, Group: p.Group, Replicas: p.Replicas, Previous: p.Previous})
 			}
 		}
 	}
@@ -241,17 +276,17 @@ func (s *State) indexGroups() {
 	}
 }
 
-// replicaCounts returns, per broker, how many partition replicas it holds and how many
-// partitions prefer it as leader.
+// replicaCounts returns, per broker, how many partition replicas it holds (or may still
+// hold: Holders) and how many partitions prefer it as leader.
 func (s *State) replicaCounts() (replicas, leaders map[uint64]int) {
 	replicas, leaders = map[uint64]int{}, map[uint64]int{}
 	for _, t := range s.topics {
 		for _, p := range t.Partitions {
-			for i, id := range p.Replicas {
+			for _, id := range p.Holders() {
 				replicas[id]++
-				if i == 0 {
-					leaders[id]++
-				}
+			}
+			if len(p.Replicas) > 0 {
+				leaders[p.Replicas[0]]++
 			}
 		}
 	}

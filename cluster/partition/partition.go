@@ -64,7 +64,12 @@ type Config struct {
 	Group  uint64 // the partition's Raft group
 	// Peers are the voters (this broker among them) a new group starts with when Dir holds
 	// no replica; ignored otherwise.
-	Peers  []uint64
+	Peers []uint64
+	// Join starts a replica whose Dir holds none without bootstrapping the group (Peers is
+	// ignored): a replica that a membership change adds to a running group (as a learner,
+	// then a voter), which the leader brings up with its log or a snapshot. Ignored when Dir
+	// holds a replica.
+	Join   bool
 	Sender replica.Sender // *transport.Transport in the broker
 	Fsync  Fsync
 	// Log configures the segment log (segment size, retention, MaxBatch, FS). Its Producers
@@ -258,7 +263,7 @@ func Open(cfg Config) (*Partition, error) {
 		p.hw.Store(hw)
 	}
 	rep, err := replica.Start(replica.Config{
-		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Storage: p.st, Sender: cfg.Sender,
+		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Join: cfg.Join, Storage: p.st, Sender: cfg.Sender,
 		Apply: p.apply, Applied: commit, Advanced: p.advanced, LostCommit: s.LostCommit(),
 		Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		// Above what Produce lets through, so that raft never drops a proposal for its size

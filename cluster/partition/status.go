@@ -21,9 +21,12 @@ type Status struct {
 	// LogEnd the offsets the segment log holds (LogEnd is past the high watermark by the
 	// uncommitted tail).
 	HighWatermark, LogStart, LogEnd int64
-	Voters                          []uint64
-	Pending                         int   // batches proposed here, not settled
-	PendingBytes                    int64 // their bytes
+	// Voters and Learners are the group's membership as this replica last applied it;
+	// Outgoing the voters of the configuration being left while a joint change is under
+	// way (nil otherwise).
+	Voters, Learners, Outgoing []uint64
+	Pending                    int   // batches proposed here, not settled
+	PendingBytes               int64 // their bytes
 	// LeaderChanges counts the terms in which this replica learned of a leader since Open
 	// (each election it saw won, the first included; a leader elected again in a new term
 	// counts again).
@@ -56,6 +59,7 @@ func (p *Partition) Status() Status {
 		NodeID: p.cfg.NodeID, Group: p.cfg.Group, Leader: st.Leader, Term: st.Term, IsLeader: st.IsLeader,
 		Ready: p.ready && p.term == st.Term, Commit: st.Commit, Applied: st.Applied, LastIndex: st.LastIndex,
 		HighWatermark: p.hw.Load(), Voters: slices.Clone(rs.ConfState.Voters),
+		Learners: slices.Clone(rs.ConfState.Learners), Outgoing: slices.Clone(rs.ConfState.VotersOutgoing),
 		Pending: p.count, PendingBytes: p.bytes, LeaderChanges: p.leaderChanges,
 	}
 	p.mu.Unlock()

@@ -235,7 +235,10 @@ func Start(cfg Config) (*Replica, error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		DisableProposalForwarding: !cfg.ForwardProposals,
-		Logger:                    cfg.Logger,
+		// A leader that applies its own removal steps down, so that the group elects one of
+		// its members; otherwise it would go on leading a group it is no member of.
+		StepDownOnRemoval: true,
+		Logger:            cfg.Logger,
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {

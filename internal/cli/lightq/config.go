@@ -81,6 +81,7 @@ var confHelp = map[string]string{
 	"cluster-peers":              "every cluster member as node-id=host:port of its cluster port, this broker among them (empty: no cluster)",
 	"cluster-listen":             "where this broker's cluster port listens, when not its cluster-peers address",
 	"cluster-secret-file":        "file holding the cluster secret (or LIGHTQ_CLUSTER_SECRET), at least 16 bytes, the same on every member",
+	"cluster-join":               "true: this broker joins a running cluster (an admin adds it: lqcat cluster add-broker) instead of founding one with cluster-peers; ignored once its data dir holds cluster metadata",
 	"advertise-addr":             "client address METADATA gives for this broker (default: addr)",
 	"advertise-tls-addr":         "TLS client address METADATA gives for this broker (default: tls-addr)",
 	"cluster-offsets-partitions": "partitions of the cluster's offsets topic (each coordinates the consumer groups that hash to it) when this broker creates it",
@@ -92,7 +93,7 @@ var confHelp = map[string]string{
 
 // boolSettings are the settings that are booleans ("true" or "false"): their flags are
 // boolean flags, so --fetch-copy alone means true.
-var boolSettings = map[string]bool{"fetch-copy": true}
+var boolSettings = map[string]bool{"fetch-copy": true, "cluster-join": true}
 
 // layerSettings overlays settings, the embedded defaults, with the --config file (when
 // configFile is not empty; a key the defaults lack is an error), then $LIGHTQ_<KEY>, then the
@@ -250,6 +251,11 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 		errs = append(errs, fmt.Errorf("cluster-peers: %w", err))
 	} else {
 		cfg.Cluster.Peers = peers
+	}
+	if v, err := strconv.ParseBool(set["cluster-join"]); err != nil {
+		errs = append(errs, fmt.Errorf("cluster-join: %q is not true or false", set["cluster-join"]))
+	} else {
+		cfg.Cluster.Join = v
 	}
 	cfg.Cluster.Listen = set["cluster-listen"]
 	cfg.Cluster.AdvertiseAddr = set["advertise-addr"]

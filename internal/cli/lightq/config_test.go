@@ -95,6 +95,7 @@ var settingSamples = map[string]string{
 	"tls-handshake-timeout": "3s",
 	"node-id":               "2", "cluster-peers": "1=127.0.0.1:7460,2=127.0.0.1:7461", "cluster-listen": "0.0.0.0:7461",
 	"cluster-secret-file": "testdata/cluster.secret", "advertise-addr": "10.0.0.2:7450", "advertise-tls-addr": "10.0.0.2:7451",
+	"cluster-join":               "true",
 	"cluster-offsets-partitions": "16",
 }
 

@@ -29,6 +29,8 @@ const usage = `Usage:
   lqcat stats [TOPIC] [-J]                 the broker's counters of a topic
   lqcat group list|describe|reset ...      consumer groups: members, committed offsets, lag (lqcat group --help)
   lqcat cluster status [-t TOPIC] [-J]     replicated partitions: leaders, replicas, replica lag (lqcat cluster --help)
+  lqcat cluster membership|add-broker|move|drain|remove-broker ...
+                                           a cluster's brokers, moves of replicas (lqcat cluster --help)
 
 netcat for LightQ, with kcat's flags: where kcat has a flag for a thing, lqcat uses the same
 letter and meaning.

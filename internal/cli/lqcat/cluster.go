@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -39,11 +40,14 @@ security.protocol=ssl it asks every broker on its TLS address.
 `
 
 func (r *runner) clusterCmd(ctx context.Context, args []string) error {
-	if err := r.subcommandHelp(args, clusterHelp, "cluster: say status"); err != nil {
+	if err := r.subcommandHelp(args, clusterHelp+"\n"+membershipHelp, "cluster: say status, "+strings.Join(membershipSubs, ", ")); err != nil {
 		return err
 	}
+	if slices.Contains(membershipSubs, args[0]) {
+		return r.membershipCmd(ctx, args[0], args[1:]) // membership.go
+	}
 	if args[0] != "status" {
-		return usageErr("cluster %s: the cluster command is cluster status (lqcat cluster --help)", args[0])
+		return usageErr("cluster %s: want status, %s (lqcat cluster --help)", args[0], strings.Join(membershipSubs, ", "))
 	}
 	fs := newFlagSet("cluster status")
 	r.c.register(fs)

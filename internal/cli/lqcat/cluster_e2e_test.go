@@ -174,6 +174,6 @@ func TestClusterStatusE2E(t *testing.T) {
 	single := brokertest.Start(t, func(cfg *broker.Config) { cfg.AdminUser, cfg.AdminPassword = "admin", adminPass })
 	e.expect(ExitUnsupported, "has no cluster settings", "", "cluster", "status", "-b", single.Addr())
 	e.expect(ExitUsage, "cluster status takes no arguments", "", "cluster", "status", "orders")
-	e.expect(ExitUsage, "the cluster command is cluster status", "", "cluster", "lag")
+	e.expect(ExitUsage, "cluster lag: want status, membership, add-broker", "", "cluster", "lag")
 	e.expect(ExitUnknown, "no topic", "", "cluster", "status", "-t", "missing")
 }

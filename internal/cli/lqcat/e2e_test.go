@@ -496,7 +496,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("--help lacks %q", want)
 		}
 	}
-	for _, args := range [][]string{{"topic", "--help"}, {"group", "--help"}, {"stats", "-h"}, {"-C", "-h"}, {"user", "--help"}, {"acl", "-h"}, {"acl", "grant", "-h"}} {
+	for _, args := range [][]string{{"topic", "--help"}, {"group", "--help"}, {"stats", "-h"}, {"-C", "-h"}, {"user", "--help"}, {"acl", "-h"}, {"acl", "grant", "-h"}, {"cluster", "--help"}, {"cluster", "move", "-h"}, {"cluster", "membership", "-h"}} {
 		out.Reset()
 		if code := Main(context.Background(), args, func(string) string { return "" }, nil, &out, &errb); code != 0 || out.Len() == 0 {
 			t.Errorf("%q: exit %d, %d bytes", args, code, out.Len())
