@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"time"
@@ -57,11 +58,8 @@ func (r *Replica) run() {
 func (r *Replica) step(m raftpb.Message) {
 	switch m.Type {
 	case raftpb.MsgVote, raftpb.MsgPreVote:
-		if r.cfg.LostCommit > 0 {
-			if last, _ := r.cfg.Storage.LastIndex(); last < r.cfg.LostCommit {
-				return // abstain: see Config.LostCommit
-			}
-			r.cfg.LostCommit = 0 // whole again
+		if r.short() {
+			return // abstain: see Config.LostCommit
 		}
 	case raftpb.MsgHeartbeat:
 		// A leader's heartbeat carries the commit index up to what this replica
@@ -201,6 +199,9 @@ func (r *Replica) handleReady() error {
 	}
 	snaps := r.snapSent[:0]
 	for _, m := range rd.Messages {
+		if m.Type == raftpb.MsgAppResp && m.Reject && r.short() {
+			m.Context = lostEntries // the leader tells this from a stale refusal (checkLost)
+		}
 		r.envs = append(r.envs[:0], transport.Envelope{Group: r.cfg.Group, Msg: m}) // the sender copies it
 		ok := r.cfg.Sender.Send(m.To, r.envs...)
 		if m.Type == raftpb.MsgSnap {
@@ -379,7 +380,9 @@ func (r *Replica) publishStatus() Status {
 // fsync=never). Raft never lowers a member's acknowledged index, so it would never send them
 // again: the member is removed and added back (resetMember), which starts it afresh.
 func (r *Replica) checkLost(m raftpb.Message) {
-	if r.resets[m.From] {
+	if r.resets[m.From] || !bytes.Equal(m.Context, lostEntries) {
+		// Without the follower's word, a refusal at or below its acknowledged index is a
+		// stale one (a delayed or duplicated message), which raft ignores rightly.
 		return
 	}
 	pr, ok := r.rn.Status().Progress[m.From]
@@ -439,4 +442,22 @@ func (r *Replica) addBack() {
 		}
 		r.cfg.Logger.Warningf("group %d: node %d removed; adding it back", r.cfg.Group, node)
 	}
+}
+
+// lostEntries marks a refusal of an append from a replica that knows it lost entries it had
+// acknowledged (Config.LostCommit), in the message's Context, which raft does not use for
+// append responses.
+var lostEntries = []byte("lightq:lost-entries")
+
+// short reports whether this replica still lacks entries it had acknowledged before it lost
+// them (Config.LostCommit), and forgets the loss once its log holds them again.
+func (r *Replica) short() bool {
+	if r.cfg.LostCommit == 0 {
+		return false
+	}
+	if last, _ := r.cfg.Storage.LastIndex(); last < r.cfg.LostCommit {
+		return true
+	}
+	r.cfg.LostCommit = 0 // whole again
+	return false
 }
