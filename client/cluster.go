@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lightq/lightq/wire"
 )
@@ -309,8 +310,9 @@ func (c *Conn) anyConnected() bool {
 // that is the leader, and in a cluster the answer says otherwise), and follows NOT_LEADER:
 // it refreshes the view and sends the request again to the new leader, with backoff while
 // no leader is known, until ctx ends. A replicated partition whose leader cannot be reached
-// is looked up again at each backoff step: the cluster elects another.
-func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32, op wire.Op, body []byte) ([]byte, error) {
+// is looked up again at each backoff step: the cluster elects another. hold is how long the
+// broker may hold the request (a FETCH's MaxWait), for the stall watchdog.
+func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32, op wire.Op, body []byte, hold time.Duration) ([]byte, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	bo := backoff{min: lookupMin, max: lookupMax}
@@ -347,7 +349,7 @@ func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32,
 			lastErr = err // its leader is unreachable: maybe there is another by now
 			continue
 		}
-		resp, err := c.exchange(ctx, l, op, body, false)
+		resp, err := c.exchangeHeld(ctx, l, op, body, hold, false)
 		if !errors.Is(err, &wire.Error{Code: wire.CodeNotLeader}) {
 			return resp, err
 		}

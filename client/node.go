@@ -48,7 +48,9 @@ type node struct {
 	role    wire.Role
 	broker  string
 	dialing bool // its reconnector runs
-	waiters int  // awaitLink calls waiting for a link
+	// suspect: its last link stalled (stall.go); cleared when a new link is installed.
+	suspect bool
+	waiters int // awaitLink calls waiting for a link
 	// keepAlive's own: the writes count it saw at its last tick (owned by that goroutine).
 	seen uint64
 }
@@ -121,7 +123,7 @@ func (n *node) install(l *link) bool {
 	n.bw.Reset(l.nc) // drops whatever a broken connection left buffered
 	n.wl, n.cur = l, l
 	n.limits, n.role, n.broker = l.limits, l.role, l.broker
-	n.lastErr = nil
+	n.lastErr, n.suspect = nil, false
 	n.dialing = false // in the same step: a failure from now on starts a new reconnector
 	close(n.up)
 	c.changedLocked()
