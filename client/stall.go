@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lightq/lightq/wire"
@@ -36,7 +37,10 @@ import (
 // A suspect node's reconnect starts at its next seed address (the boot node of a seed list:
 // another broker of the cluster), and its link is not installed until a handshake was
 // answered, so nothing is asked of it meanwhile: METADATA goes to another broker (anyLink),
-// which tells the producers and consumers where their partitions' leaders are now.
+// which tells the producers and consumers where their partitions' leaders are now. A broker
+// whose METADATA names no leader for a partition is suspect for a while too (suspectFor):
+// cut off from its peers, it cannot learn of the leader they elected, so the next refresh
+// asks another.
 
 // ErrStalled is wrapped, with ErrConnectionLost, in the error of the requests of a
 // connection that was declared dead because the broker answered nothing, not even a PING,
@@ -95,7 +99,7 @@ func (c *Conn) checkStalls(stall time.Duration) {
 		probe, cause := l.stallLocked(now, stall)
 		switch {
 		case cause != nil:
-			n.suspect = true
+			n.suspectUntil = math.MaxInt64 // until a new link is installed
 			if len(n.addrs) > 1 {
 				n.next = (n.next + 1) % len(n.addrs) // another seed first
 			}

@@ -5,7 +5,8 @@ package client_test
 // nothing, for StallTimeout is declared dead, its requests fail with ErrStalled, and the
 // Conn reconnects; producers and consumers move to the partition's new leader. A request the
 // broker holds on purpose (a long poll) and a slow answer from a broker that still answers
-// PINGs keep their connection.
+// PINGs keep their connection. A broker whose METADATA names no leader is not asked again
+// while another can be.
 
 import (
 	"errors"
@@ -194,5 +195,31 @@ func TestStallConsumerMovesToNewLeader(t *testing.T) {
 	defer mu.Unlock()
 	for _, err := range reported {
 		t.Logf("OnError: %v", err)
+	}
+}
+
+// The broker the Conn dialled leads partition 0 and is cut off from the others, who elect
+// node 2: it answers NOT_LEADER and its METADATA names no leader. The Conn asks another
+// broker instead of that one again, and the producer moves to node 2.
+func TestClusterMetadataAsksAnotherBroker(t *testing.T) {
+	fb := startFakeCluster(t, 3)
+	fb.AddTopic("events", 1)
+	c := dialSeeds(t, fb.Seeds(1))
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 64, Linger: -1, DeliveryTimeout: 10 * time.Second})
+	log := newAckLog()
+	sendRange(t, p, log, 0, 0, 10)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	fb.SetCutOff(1, true)
+	fb.SetLeader("events", 0, 2)
+	sendRange(t, p, log, 0, 10, 20)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatalf("after node 1 was cut off: %v", err)
+	}
+	log.exactlyOnce(t, 20)
+	storedOnce(t, fb, "events", 0, 0, 20)
+	if fb.Served(wire.OpProduce, 2) == 0 {
+		t.Fatal("node 2 served no PRODUCE")
 	}
 }
