@@ -69,7 +69,10 @@
 // leader, over one connection per broker, made the first time a broker leads a partition
 // the Conn uses, with the same handshake, login, TLS, keep-alive and reconnects as the boot
 // connection. Administration (topics, users, roles), METADATA, STATS and INIT_PRODUCER go
-// to the first broker connected, the boot broker first. Group requests (JOIN_GROUP,
+// to the first broker connected, the boot broker first, skipping a suspect one while
+// another can be reached (one whose connection stalled, or whose METADATA named no leader
+// for a partition in the last 5 seconds: cut off from its peers, it cannot know the new
+// one). Group requests (JOIN_GROUP,
 // HEARTBEAT, GROUP_COMMIT, LEAVE_GROUP, FETCH_COMMITTED, COMMIT_OFFSET, LIST_GROUPS,
 // DESCRIBE_GROUP), subscriptions to transient topics and Ping stay on the boot broker.
 //

@@ -112,8 +112,7 @@ func (c *Conn) checkStalls(stall time.Duration) {
 	}
 	c.mu.Unlock()
 	for i, l := range dead {
-		c.log("broker stopped answering; reconnecting", "broker", l.n.label(), "err", causes[i])
-		c.failLink(l, causes[i])
+		c.failLink(l, causes[i]) // which logs the cause when it reconnects
 	}
 	for _, l := range probes {
 		go c.probe(l, stall)
