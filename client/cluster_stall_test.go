@@ -51,6 +51,17 @@ func TestClusterFrozenLeader(t *testing.T) {
 			Options: []wire.Option{{Key: wire.OptionReplicationFactor, Value: "3"}}})
 		return err == nil || errors.Is(err, &wire.Error{Code: wire.CodeTopicExists})
 	})
+	for i, a := range addrs { // the topic's user is known everywhere: a refused login ends a Conn
+		itEventually(t, fmt.Sprintf("broker %d knows the topic's user", i+1), func() bool {
+			c, err := client.Dial(itCtx(t), a, client.Options{User: itUser, Password: itPass})
+			if err != nil {
+				return false
+			}
+			defer c.Close()
+			_, err = c.Metadata(itCtx(t), "events")
+			return err == nil
+		})
+	}
 	const stall = time.Second
 	conn, err := client.Dial(itCtx(t), seeds, client.Options{User: itUser, Password: itPass, ClientName: t.Name(), StallTimeout: stall, DialTimeout: stall})
 	if err != nil {
