@@ -146,7 +146,7 @@ func Open(cfg Config) (*Store, error) {
 		ID: cfg.NodeID, Group: Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		Advanced:         s.advanced,
-		ForwardProposals: true, Join: cfg.Join, LostCommit: stor.LostCommit(), Logger: raftLogger{logf},
+		ForwardProposals: true, Join: cfg.Join, LostCommit: stor.LostCommit(), Logger: replica.LogfLogger{Logf: logf, Verbose: true},
 	})
 	if err != nil {
 		stor.Close()
@@ -471,19 +471,3 @@ func (s *Store) stall(err error) {
 		ch <- outcome{Result{}, err}
 	}
 }
-
-// raftLogger passes raft's reports but its debug lines to Logf.
-type raftLogger struct{ logf func(string, ...any) }
-
-func (l raftLogger) Debug(...any)                {}
-func (l raftLogger) Debugf(string, ...any)       {}
-func (l raftLogger) Info(v ...any)               { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Infof(f string, v ...any)    { l.logf("raft: "+f, v...) }
-func (l raftLogger) Warning(v ...any)            { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Warningf(f string, v ...any) { l.logf("raft: "+f, v...) }
-func (l raftLogger) Error(v ...any)              { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Errorf(f string, v ...any)   { l.logf("raft: "+f, v...) }
-func (l raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
-func (l raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }

@@ -164,7 +164,7 @@ func Open(cfg Config) (*Store, error) {
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Advanced: s.advanced, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
-		Join: cfg.Join, Logger: raftLogger{logf},
+		Join: cfg.Join, Logger: replica.LogfLogger{Logf: logf},
 	})
 	if err != nil {
 		stor.Close()
@@ -522,19 +522,3 @@ func (s *Store) Close() error {
 	})
 	return s.closeErr
 }
-
-// raftLogger passes raft's warnings and errors to Logf.
-type raftLogger struct{ logf func(string, ...any) }
-
-func (l raftLogger) Debug(...any)                {}
-func (l raftLogger) Debugf(string, ...any)       {}
-func (l raftLogger) Info(...any)                 {}
-func (l raftLogger) Infof(string, ...any)        {}
-func (l raftLogger) Warning(v ...any)            { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Warningf(f string, v ...any) { l.logf("raft: "+f, v...) }
-func (l raftLogger) Error(v ...any)              { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Errorf(f string, v ...any)   { l.logf("raft: "+f, v...) }
-func (l raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
-func (l raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }

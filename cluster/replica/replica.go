@@ -226,7 +226,7 @@ func Start(cfg Config) (*Replica, error) {
 		cfg.MaxUncommittedBytes = 64 << 20
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = discardLogger{}
+		cfg.Logger = LogfLogger{}
 	}
 	rc := &raft.Config{
 		ID:                        cfg.ID,
@@ -439,20 +439,3 @@ type snapSent struct {
 	to uint64
 	ok bool
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Debug(...any)            {}
-func (discardLogger) Debugf(string, ...any)   {}
-func (discardLogger) Error(...any)            {}
-func (discardLogger) Errorf(string, ...any)   {}
-func (discardLogger) Info(...any)             {}
-func (discardLogger) Infof(string, ...any)    {}
-func (discardLogger) Warning(...any)          {}
-func (discardLogger) Warningf(string, ...any) {}
-func (discardLogger) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
-func (discardLogger) Fatalf(f string, v ...any) {
-	panic(fmt.Sprintf(f, v...))
-}
-func (discardLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
-func (discardLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
