@@ -174,6 +174,9 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 	if peer != nil {
 		lc = lc.Str("listener", "tls")
 	}
+	if peer != nil {
+		gc = &pipeConn{Conn: gc, p: peer.sess.Pipe()}
+	}
 	return &conn{
 		srv:          s,
 		gc:           gc,
