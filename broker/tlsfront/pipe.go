@@ -22,10 +22,12 @@ import (
 // called once, on the loop, before the session pumps. inMu guards the inbox, outMu the
 // outbox; neither is held while calling out (wake), so they are leaves.
 //
-// Views. Peek returns a view into the inbox, valid until the next Discard or Read, as gnet's
-// Peek is valid until Discard: up only appends past the pending bytes or moves them to a new
-// buffer (leaving the old one to the GC), and only the loop, when it consumed input, moves or
-// recycles the buffer the view points into.
+// Views. Peek returns a view into the inbox, valid until the next Discard or Read and the end
+// of the turn, as gnet's Peek is valid until Discard or the end of the callback; the loop may
+// write into it (a durable PRODUCE stamps its base offset in place). Within a turn
+// (BeginTurn, EndTurn) up only appends past the pending bytes; it moves them (to the front,
+// or to a larger buffer) only between turns. The loop itself moves them when it consumed
+// past the middle, and recycles the buffer once drained.
 type Pipe struct {
 	wake      func() // the loop's wake (Attach); safe from any goroutine
 	highWater int    // the broker's high-water mark: output at it waits for the drain's wake
@@ -85,6 +87,9 @@ func signal(ch chan struct{}) {
 // bytes are pending it waits for the loop to take some: the client then waits on TCP, as it
 // would on a full socket. Once the broker closed, input is dropped. Up's goroutine only.
 func (p *Pipe) push(b []byte) {
+	if len(b) == 0 {
+		return
+	}
 	p.inMu.Lock()
 	for {
 		pending := p.inW - p.inR
@@ -98,22 +103,21 @@ func (p *Pipe) push(b []byte) {
 			p.in = getBufAtLeast(max(len(b), inboxMin))
 			p.inR, p.inW = 0, 0
 		case p.inW+len(b) <= len(*p.in):
+		case p.inTurn:
+			// No room after the pending bytes, and the loop may hold views into them (and
+			// write into them: a durable PRODUCE stamps its base offset in place): wait for
+			// the turn's end before moving them.
 		case pending+len(b) > len(*p.in):
 			// Too small: move the pending bytes to a larger buffer, one that holds a whole
-			// frame at once (each step of a doubling would copy them again). During a turn
-			// the loop may hold a view into this one, which is then left to the GC.
+			// frame at once (each step of a doubling would copy them again).
 			nb := getBufAtLeast(max(pending+len(b), p.inLimit+inboxMin))
 			copy(*nb, (*p.in)[p.inR:p.inW])
-			if !p.inTurn {
-				putBuf(p.in)
-			}
+			putBuf(p.in)
 			p.in, p.inR, p.inW = nb, 0, pending
-		case !p.inTurn:
-			// Room before the pending bytes, and no view into them: move them to the front.
+		default:
+			// Room before the pending bytes: move them to the front.
 			p.inW = copy(*p.in, (*p.in)[p.inR:p.inW])
 			p.inR = 0
-		default:
-			// Room only before bytes the loop may be viewing: EndTurn moves them.
 		}
 		if pending < p.inLimit && p.in != nil && p.inW+len(b) <= len(*p.in) {
 			break
@@ -139,22 +143,20 @@ func (p *Pipe) endInput() {
 	p.wake()
 }
 
-// BeginTurn tells the pipe that the loop may take views into the inbox (Peek) until
-// EndTurn: up moves no pending bytes meanwhile. Loop only.
+// BeginTurn tells the pipe that the loop may take views into the inbox (Peek), and write
+// into them, until EndTurn: up neither moves nor reads the pending bytes meanwhile. Loop only.
 func (p *Pipe) BeginTurn() {
 	p.inMu.Lock()
 	p.inTurn = true
 	p.inMu.Unlock()
 }
 
-// EndTurn ends what BeginTurn began: the loop holds no view any more, so the pending bytes
-// are moved to the front of the inbox if up waits for room there. Loop only.
+// EndTurn ends what BeginTurn began: the loop holds no view any more, so up, if it waits for
+// room, may move the pending bytes now (BeginTurn waits for inMu meanwhile). Loop only.
 func (p *Pipe) EndTurn() {
 	p.inMu.Lock()
 	p.inTurn = false
-	if p.upWaiting && p.in != nil && p.inR > 0 {
-		p.inW = copy(*p.in, (*p.in)[p.inR:p.inW])
-		p.inR = 0
+	if p.upWaiting {
 		p.upWaiting = false
 		signal(p.inRoom)
 	}
