@@ -173,9 +173,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 	lc := s.log.With().Str("remote", addr.String())
 	if peer != nil {
 		lc = lc.Str("listener", "tls")
-	}
-	if peer != nil {
-		gc = &pipeConn{Conn: gc, p: peer.sess.Pipe()}
+		gc = &pipeConn{Conn: gc, p: peer.sess.Pipe()} // its bytes go through the session's pipe
 	}
 	return &conn{
 		srv:          s,

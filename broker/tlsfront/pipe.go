@@ -7,17 +7,17 @@ import (
 
 // Pipe carries one session's plaintext between its goroutines and the event loop that serves
 // the connection, in memory: up appends what it decrypted to the inbox, the loop reads frames
-// from it where they lie; the loop appends its output to the outbox, down takes all of it at
-// once, encrypts it and sends it. Before, a socket pair carried it, and every byte crossed the
-// kernel twice each way (a write and a read on each side), which cost the broker a third of
-// its CPU in the TLS benchmark (docs/DESIGN.md, "TLS").
+// from it where they lie; the loop appends its output to the outbox, down takes it a chunk at
+// a time, encrypts it and sends it. Before, a socket pair carried it, and every byte crossed
+// the kernel twice each way (a write and a read on each side), which cost the broker about a
+// third of its CPU in the TLS benchmark (docs/DESIGN.md, "TLS").
 //
 // The socket pair stays for the connection's life: gnet can only enroll a descriptor, and its
 // close is how the loop learns that a session ended and the session that the broker closed
 // (Session.BrokerClosed). No plaintext crosses it.
 //
-// Concurrency. The loop side (InboundBuffered, Peek, Discard, Read, Write, Writev,
-// OutboundBuffered) belongs to the connection's event loop, the one goroutine that may call it
+// Concurrency. The loop side (BeginTurn, EndTurn, InputEnded, InboundBuffered, Peek,
+// Discard, Read, Write, Writev, OutboundBuffered) belongs to the connection's event loop, the one goroutine that may call it
 // (gnet's rule for a conn's own methods); up and down are the session's goroutines; Attach is
 // called once, on the loop, before the session pumps. inMu guards the inbox, outMu the
 // outbox; neither is held while calling out (wake), so they are leaves.
