@@ -24,7 +24,8 @@ import (
 // drop removes every offset and session of (topic, created); a session stores the longest
 // session timeout the group's members were granted (the coordinator proposes it before it
 // answers a JOIN_GROUP asking for longer; a coordinator taking the group over withholds its
-// partitions that long, broker/coordinator.go), replacing what was there. Kind 3 came after
+// partitions that long, broker/coordinator.go): the stored session becomes the larger of the
+// two, never smaller, so that two joins' records applied in either order leave the longer. Kind 3 came after
 // the first release: a broker without it stalls on it (ErrStalled), as on any unknown kind.
 // Every record has one encoding. NEVER CHANGE
 // version 1: logs and peers hold it; a new layout is a new version.

@@ -150,10 +150,11 @@ func sessionState() *state {
 	s.apply(11, &record{kind: kindSession, key: Key{Topic: "orders", Created: 1700000000000, Group: "billing"}, session: 5000})
 	s.apply(12, &record{kind: kindSession, key: Key{Topic: "a", Created: 2, Group: "billing"}, session: 1000})
 	s.apply(13, &record{kind: kindSession, key: Key{Topic: "orders", Created: 1700000000000, Group: "billing"}, session: 9000})
+	s.apply(14, &record{kind: kindSession, key: Key{Topic: "orders", Created: 1700000000000, Group: "billing"}, session: 7000}) // shorter: kept 9000
 	return s
 }
 
-// TestStateSessions: a session replaces the group's, counts for its topic creation, and a
+// TestStateSessions: a session raises the group's (never lowers it), counts for its topic creation, and a
 // drop of the creation removes it with the offsets.
 func TestStateSessions(t *testing.T) {
 	s := sessionState()
@@ -165,11 +166,11 @@ func TestStateSessions(t *testing.T) {
 	if s.bytes != bytes0 {
 		t.Fatalf("bytes %d, want %d", s.bytes, bytes0)
 	}
-	s.apply(14, &record{kind: kindDrop, key: Key{Topic: "orders", Created: 1700000000000}})
+	s.apply(15, &record{kind: kindDrop, key: Key{Topic: "orders", Created: 1700000000000}})
 	if _, ok := s.sessions[ref]; ok || len(s.sessions) != 1 || len(s.topics) != 1 {
 		t.Fatalf("after the drop: %+v", s)
 	}
-	s.apply(15, &record{kind: kindDrop, key: Key{Topic: "a", Created: 2}})
+	s.apply(16, &record{kind: kindDrop, key: Key{Topic: "a", Created: 2}})
 	if len(s.sessions) != 0 || len(s.offsets) != 0 || s.bytes != 0 || len(s.topics) != 0 {
 		t.Fatalf("after the last drop: %+v", s)
 	}

@@ -48,7 +48,7 @@ func (s *state) apply(index uint64, rec *record) {
 			s.bytes += ref.size()
 			s.topics[TopicRef{ref.Topic, ref.Created}]++
 		}
-		s.sessions[ref] = rec.session
+		s.sessions[ref] = max(s.sessions[ref], rec.session)
 	case kindDrop:
 		ref := TopicRef{rec.key.Topic, rec.key.Created}
 		if s.topics[ref] == 0 {

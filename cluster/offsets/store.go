@@ -302,7 +302,7 @@ func (s *Store) Sessions(fn func(ref GroupRef, session time.Duration)) {
 }
 
 // SetSession stores session (rounded up to a millisecond, at most 2^32-1 ms) as group ref's
-// longest session timeout, replacing what was there, proposed and answered as Commit's. A
+// longest session timeout unless a longer one is stored (the stored one only grows), proposed and answered as Commit's. A
 // new group counts against Config.MaxEntries as a new key does.
 func (s *Store) SetSession(term uint64, ref GroupRef, session time.Duration, done func(error)) error {
 	ms := min((session+time.Millisecond-1)/time.Millisecond, 1<<32-1)
