@@ -152,7 +152,7 @@ func (n *clusterNode) syncOffsets(cur *offsetsTable, ct *cmeta.Topic) {
 		if next == nil {
 			next = &offsetsTable{created: cur.created, parts: slices.Clone(cur.parts)}
 		}
-		np := &offsetsPart{index: op.index, group: op.group, replicas: a.Replicas, store: op.store, failed: op.failed}
+		np := &offsetsPart{index: op.index, group: op.group, replicas: a.Replicas, store: op.store, failed: op.failed, take: op.take}
 		switch {
 		case want && !held && !op.failed:
 			n.log.Info().Int("offsets_partition", i).Uint64("group", a.Group).Msg("this broker gained a replica of the offsets partition: joining its group")
@@ -162,7 +162,7 @@ func (n *clusterNode) syncOffsets(cur *offsetsTable, ct *cmeta.Topic) {
 			if err := op.store.Close(); err != nil {
 				n.log.Warn().Err(err).Int("offsets_partition", i).Msg("closing an offsets replica moved off this broker")
 			}
-			np.store = nil
+			np.store, np.take = nil, nil
 			dir := offsetsDir(n.srv.cfg.DataDir, i)
 			if err := os.RemoveAll(dir); err != nil {
 				n.log.Error().Err(err).Str("dir", dir).Msg("could not remove the data of an offsets replica moved off this broker")

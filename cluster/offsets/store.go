@@ -259,8 +259,38 @@ func (s *Store) Commit(term uint64, k Key, offset int64, done func(error)) error
 	return s.propose(term, &record{kind: kindCommit, key: k, offset: offset}, done)
 }
 
-// DropTopic removes every committed offset of one creation of a topic (deleted from the
-// cluster), as Commit proposes and answers.
+// Session is the longest session timeout stored for group ref (SetSession), as this
+// replica has applied it. Safe from any goroutine.
+func (s *Store) Session(ref GroupRef) (time.Duration, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ms, ok := s.st.sessions[ref]
+	return time.Duration(ms) * time.Millisecond, ok
+}
+
+// Sessions calls fn for every stored group session, in no order, holding the store's read
+// lock: fn must not call the Store.
+func (s *Store) Sessions(fn func(ref GroupRef, session time.Duration)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for ref, ms := range s.st.sessions {
+		fn(ref, time.Duration(ms)*time.Millisecond)
+	}
+}
+
+// SetSession stores session (rounded up to a millisecond, at most 2^32-1 ms) as group ref's
+// longest session timeout unless a longer one is stored (the stored one only grows), proposed and answered as Commit's. A
+// new group counts against Config.MaxEntries as a new key does.
+func (s *Store) SetSession(term uint64, ref GroupRef, session time.Duration, done func(error)) error {
+	ms := min((session+time.Millisecond-1)/time.Millisecond, 1<<32-1)
+	if err := checkSession(&ref, uint32(ms)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return s.propose(term, &record{kind: kindSession, key: Key{Topic: ref.Topic, Created: ref.Created, Group: ref.Group}, session: uint32(ms)}, done)
+}
+
+// DropTopic removes every committed offset and session of one creation of a topic (deleted
+// from the cluster), as Commit proposes and answers.
 func (s *Store) DropTopic(term uint64, ref TopicRef, done func(error)) error {
 	return s.propose(term, &record{kind: kindDrop, key: Key{Topic: ref.Topic, Created: ref.Created}}, done)
 }
@@ -282,11 +312,21 @@ func (s *Store) propose(term uint64, rec *record, done func(error)) error {
 	case len(s.pending) >= s.cfg.MaxPending:
 		err = fmt.Errorf("offsets: %d commits waiting: %w", len(s.pending), ErrBusy)
 	}
-	if err == nil && rec.kind == kindCommit {
-		if _, held := s.st.offsets[rec.key]; !held {
-			size := rec.key.size()
-			if len(s.st.offsets)+s.newKeys >= s.cfg.MaxEntries || s.st.bytes+s.newBytes+size > maxStateBytes {
-				err = &LimitError{Max: min(s.cfg.MaxEntries, len(s.st.offsets)+s.newKeys)}
+	if err == nil && rec.kind != kindDrop {
+		var held bool
+		var size int64
+		if rec.kind == kindCommit {
+			_, held = s.st.offsets[rec.key]
+			size = rec.key.size()
+		} else {
+			ref := GroupRef{rec.key.Topic, rec.key.Created, rec.key.Group}
+			_, held = s.st.sessions[ref]
+			size = ref.size()
+		}
+		if !held {
+			keys := len(s.st.offsets) + len(s.st.sessions) + s.newKeys
+			if keys >= s.cfg.MaxEntries || s.st.bytes+s.newBytes+size > maxStateBytes {
+				err = &LimitError{Max: min(s.cfg.MaxEntries, keys)}
 			}
 			pe.newKey = size
 		}
@@ -521,4 +561,18 @@ func (s *Store) Close() error {
 		s.closeErr = s.stor.Close()
 	})
 	return s.closeErr
+}
+
+// ElectionTimeout is the replica's election timeout (Config.Tick times ElectionTicks): a
+// leader cut off from a majority steps down within two of it (check-quorum), and a follower
+// campaigns no sooner than one after it last heard from the leader.
+func (s *Store) ElectionTimeout() time.Duration {
+	tick, ticks := s.cfg.Tick, s.cfg.ElectionTicks
+	if tick <= 0 {
+		tick = 100 * time.Millisecond
+	}
+	if ticks <= 0 {
+		ticks = 10
+	}
+	return tick * time.Duration(ticks)
 }
