@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lightq/lightq/client"
@@ -131,4 +132,45 @@ func TestProducerLingerOffWaitsForSlot(t *testing.T) {
 			t.Fatalf("record %d is %q, want %q", i, r.Value, value(i))
 		}
 	}
+}
+
+// TestProducerLingerOffBatchesABacklog: with linger off and acknowledgements slow to come,
+// Send writes a batch per message only while a few are in flight; after that the messages
+// gather in one batch, which the flusher seals when it runs, rather than each becoming a
+// batch of its own. In a synctest bubble the flusher runs only once the test goroutine waits.
+func TestProducerLingerOffBatchesABacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddTopic("events", 1)
+		c := dialPipe(t, fb)
+		p := newProducer(t, c, client.ProducerOptions{Topic: "events", Linger: -1, MaxInFlight: 16})
+		ctx := testCtx(t)
+		fb.set(func(fb *fakeBroker) { fb.holdAcks = true })
+		const n = 20
+		for i := 0; i < n; i++ {
+			if err := p.Send(ctx, &client.Message{Value: value(i)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait() // the flusher has sealed and written what was left
+		var held int
+		fb.get(func(fb *fakeBroker) { held = len(fb.heldAcks) })
+		if held >= n || held < 2 {
+			t.Fatalf("%d PRODUCE frames for %d messages sent with acks held: want a few written at once, then the rest in one batch", held, n)
+		}
+		fb.ReleaseAcks()
+		if err := p.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		recs := records(t, fb, "events", 0)
+		if len(recs) != n {
+			t.Fatalf("%d records stored, want %d", len(recs), n)
+		}
+		for i, r := range recs {
+			if !bytes.Equal(r.Value, value(i)) {
+				t.Fatalf("record %d is %q, want %q", i, r.Value, value(i))
+			}
+		}
+		t.Logf("%d messages in %d batches", n, held)
+	})
 }
