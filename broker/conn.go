@@ -101,6 +101,10 @@ type conn struct {
 	iov       [][]byte
 	dhdr      [wire.HeaderSize + wire.DeliverHeaderSize]byte
 
+	// direct: the socket and the subscriptions' delivery state, lent to other loops between
+	// turns (direct.go); while lent, subs, their credit and cursors, and dhdr are theirs.
+	direct directState
+
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
 
@@ -220,6 +224,7 @@ func (c *conn) complete(fn func(*conn)) bool {
 // A FETCH response being sent (c.xfer) owns the socket: until its last byte is out, no other
 // byte is written, and input waits.
 func (c *conn) onTraffic() gnet.Action {
+	c.reclaim(true) // first: other loops stop writing, and their unsent tail goes out before anything
 	c.wakePending.Store(false)
 	c.turnStart = c.srv.metrics.now()
 	if c.saidGoodbye {
@@ -551,6 +556,8 @@ func (c *conn) setStalled(v bool) {
 
 // onClose drops the connection's subscriptions and publisher registrations.
 func (c *conn) onClose() {
+	// Before gnet closes the descriptor: no other loop writes to it after this.
+	c.reclaim(false)
 	// Before gnet closes the descriptor, whose number another connection may get at once;
 	// the watcher's lock is a leaf, so this is safe even under a ring slot's read lock.
 	c.srv.watcher.forget(c, c.gc.Fd())

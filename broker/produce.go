@@ -228,15 +228,15 @@ func (t *topic) partitionFor(id int32) *partition {
 	return t.parts[id]
 }
 
-// producedTransient counts a batch stored in a transient partition, wakes its subscribers
-// and acknowledges it.
+// producedTransient counts a batch stored in a transient partition, delivers it to idle
+// subscribers or wakes their loops (direct.go), and acknowledges it.
 func (c *conn) producedTransient(corr uint32, t *topic, p *partition, acks wire.Acks, size int, count uint32, first uint64) {
 	t.stats.msgsIn.Add(uint64(count))
 	t.stats.bytesIn.Add(uint64(size))
 	t.stats.batchesIn.Add(1)
 	c.srv.metrics.countIn(p, count, size)
 	c.notePublisher(t)
-	p.wakeAll()
+	p.deliverOrWake()
 	if acks != wire.AcksNone {
 		c.srv.metrics.acked(ackTransient, c.turnStart)
 		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: int64(first)}

@@ -481,6 +481,9 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 	if act == gnet.None && !c.closed() {
 		act = c.enforceTimeouts() // read and idle timeouts, judged after the turn read its input
 	}
+	if act == gnet.None {
+		c.lend() // other loops may deliver to its idle socket until the next turn (direct.go)
+	}
 	return act
 }
 
