@@ -414,7 +414,16 @@ func (c *conn) readFrames() {
 			c.badStream(head, err)
 			return
 		}
-		if size == 0 || buffered < size {
+		if size == 0 {
+			return
+		}
+		if buffered < size {
+			// A large PRODUCE whose rest is already in the socket is read from there
+			// straight into the ring (produceDirect); anything else waits for gnet.
+			if size-buffered >= directReadMin && c.produceDirect(size) {
+				c.frameRead()
+				continue
+			}
 			return
 		}
 		if c.produceDirect(size) {
