@@ -48,6 +48,9 @@ type cluster struct {
 	// abort, if set, ends pipeline with errAborted when it reports true (a simulated power
 	// cut stops the producers).
 	abort func() bool
+	// noSegments: snapshots without the catch-up from whole segments (the log starts again
+	// at the snapshot's offset).
+	noSegments bool
 
 	mu    sync.Mutex // guards nodes' p and tr (tests stop and start nodes under load)
 	nodes map[uint64]*node
@@ -98,12 +101,22 @@ func (c *cluster) start(id uint64) {
 	nd := c.nodes[id]
 	tr, err := transport.New(transport.Config{NodeID: id, Listen: "127.0.0.1:0", Secret: secret,
 		Handler: nd.router.Handle, Unreachable: nd.router.Unreachable, Faults: c.faults,
-		RedialMin: time.Millisecond, RedialMax: 20 * time.Millisecond})
+		RedialMin: time.Millisecond, RedialMax: 20 * time.Millisecond,
+		Segments: func(g uint64) transport.SegmentSource {
+			if p := c.part(id); p != nil && g == testGroup {
+				return p.Log()
+			}
+			return nil
+		}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	nd.gate.setNext(tr)
-	p, err := Open(c.config(nd))
+	cfg := c.config(nd)
+	if !c.noSegments {
+		cfg.Segments = tr
+	}
+	p, err := Open(cfg)
 	if err != nil {
 		tr.Close()
 		c.t.Fatalf("node %d: Open: %v", id, err)

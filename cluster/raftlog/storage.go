@@ -161,6 +161,10 @@ func Open(dir string, opts Options) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := prepareOpen(fsys, dir, &st); err != nil {
+		sf.Close()
+		return nil, err
+	}
 	lopts := opts.Log
 	lopts.Producers.Disabled = true
 	l, err := log.Open(dir, lopts)
@@ -181,6 +185,13 @@ func Open(dir string, opts Options) (*Storage, error) {
 func (s *Storage) recover() error {
 	st := &s.st
 	switch {
+	case st.ResetPending && st.InstallPending:
+		// InstallSnapshot recorded a snapshot; prepareOpen finished moving its segments in.
+		s.opts.Log.Logf("raftlog %s: finished installing the segments of a snapshot at index %d (offset %d)", s.dir, st.SnapIndex, st.FirstOffset)
+		st.ResetPending, st.InstallPending = false, false
+		if err := s.sf.Save(*st, true); err != nil {
+			return err
+		}
 	case st.ResetPending:
 		// ApplySnapshot recorded a snapshot and did not finish emptying the log.
 		s.opts.Log.Logf("raftlog %s: finishing the reset to offset %d of a snapshot at index %d", s.dir, st.FirstOffset, st.SnapIndex)
