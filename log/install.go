@@ -141,11 +141,11 @@ func WriteManifest(fsys vfs.FS, src string, m *Manifest) error {
 // of them without the keep flag) are removed, src's files are renamed into place (their
 // stale index files removed first), dir is fsynced, and the manifest and src go. It is
 // idempotent: a crash anywhere in it leaves a state that running it again completes. A
-// missing manifest means the install finished (or never was prepared): nothing is done.
+// missing manifest means the install finished (or never was prepared): src is removed.
 func FinishInstall(fsys vfs.FS, dir, src string) error {
 	b, err := readSmall(fsys, filepath.Join(src, ManifestName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return RemoveInstallDir(fsys, src) // what a crash in the last step left
 	}
 	if err != nil {
 		return fmt.Errorf("log: read the install manifest: %w", err)
