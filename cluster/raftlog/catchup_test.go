@@ -276,3 +276,48 @@ func offsetAfter(t *testing.T, s *Storage, i uint64) int64 {
 	}
 	return off
 }
+
+// FuzzCatchUpWrite: bytes from a segment stream, whatever they are, are refused with
+// ErrCorrupt or taken (never a panic, never past the snapshot's offset), and what was taken
+// is whole verified batches only.
+func FuzzCatchUpWrite(f *testing.F) {
+	leader, snap := leaderLog(&testing.T{})
+	start := leader.Log().StartOffset()
+	ch, err := leader.Log().Read(start, leader.Log().NextOffset(), 3000)
+	if err != nil {
+		f.Fatal(err)
+	}
+	good := make([]byte, ch.Len)
+	_, _ = ch.File.ReadAt(good, ch.Pos)
+	ch.Release()
+	f.Add(good, uint16(len(good)/2))
+	f.Add(good[:50], uint16(10))
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, uint16(0))
+	dir := f.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	f.Fuzz(func(t *testing.T, b []byte, cut uint16) {
+		c, err := s.NewCatchUp(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Abandon()
+		k := min(int(cut), len(b))
+		err = c.Write(start, 0, b[:k])
+		if err == nil {
+			err = c.Write(start, int64(k), b[k:])
+		}
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("error %v does not wrap ErrCorrupt", err)
+		}
+		if c.Next() > c.To() || c.Next() < start {
+			t.Fatalf("took up to offset %d, outside [%d, %d]", c.Next(), start, c.To())
+		}
+		if c.Received() > int64(len(b)) {
+			t.Fatalf("received %d of %d bytes", c.Received(), len(b))
+		}
+	})
+}
