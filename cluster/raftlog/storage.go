@@ -379,11 +379,8 @@ func (s *Storage) OffsetAfter(i uint64) (int64, error) {
 // one as of the snapshot's index. Its data (snapdata.go) is the offset of the entry after the
 // snapshot's index, where the receiver's log goes on.
 //
-// The contract left for the catch-up from whole segments (a later piece): a receiver of this
-// snapshot holds no batch below that offset; the sender is to give it its segments up to the
-// snapshot's index (data version 2: the segment list), so that every replica holds the
-// partition's messages from the log start on. Until then a replica that received a snapshot
-// serves the partition from the snapshot's offset on.
+// A receiver of this snapshot (version-1 data) holds no batch below that offset; SnapshotAt
+// (catchup.go) makes the snapshot whose receiver fetches the segments below it.
 func (s *Storage) Snapshot() (raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
