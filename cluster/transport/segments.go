@@ -214,55 +214,47 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			}
 			return
 		}
-		n := ch.Len
-		if n > MaxSegmentChunk { // one batch larger than a chunk: split it
-			n = MaxSegmentChunk
+		// One frame per MaxSegmentChunk of the range (a batch larger than that spans frames).
+		for pos, end := ch.Pos, ch.Pos+ch.Len; pos < end; {
+			n := min(end-pos, MaxSegmentChunk)
+			putSegHeader(hdr[:], segHeader{kind: segKindData, length: uint32(n), a: ch.SegmentBase(), b: pos})
+			_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+			if cut > 0 && sent+n > cut {
+				// Fault injection: the header, then the connection drops.
+				_, _ = c.Write(hdr[:])
+				ch.Release()
+				return
+			}
+			if _, err := c.Write(hdr[:]); err != nil {
+				ch.Release()
+				return
+			}
+			if buf, err = sendRange(c, ch, pos, n, buf); err != nil {
+				ch.Release()
+				t.cfg.Logf("segment stream to node %d: %v", from, err)
+				return
+			}
+			sent += n
+			pos += n
 		}
-		putSegHeader(hdr[:], segHeader{kind: segKindData, length: uint32(n), a: ch.SegmentBase(), b: ch.Pos})
-		_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
-		if cut > 0 && sent+n > cut {
-			// Fault injection: write part of this chunk, then drop the connection.
-			_, _ = c.Write(hdr[:])
-			ch.Release()
-			return
-		}
-		if _, err := c.Write(hdr[:]); err != nil {
-			ch.Release()
-			return
-		}
-		buf, err = sendRange(c, ch, n, buf)
-		next := ch.NextOffset
-		if n < ch.Len {
-			next = -1
-		}
+		off = ch.NextOffset
 		ch.Release()
-		if err != nil {
-			t.cfg.Logf("segment stream to node %d: %v", from, err)
-			return
-		}
-		sent += n
-		if next < 0 {
-			t.cfg.Logf("segment stream to node %d: a batch at %d is larger than a chunk", from, off)
-			refuse(SegBadRequest, src.StartOffset(), "a batch larger than a chunk")
-			return
-		}
-		off = next
 	}
 	putSegHeader(hdr[:], segHeader{kind: segKindEnd, a: off})
 	_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 	_, _ = c.Write(hdr[:])
 }
 
-// sendRange writes n bytes of ch's file range to c: sendfile when both allow it, else
-// through buf (at most 64 KiB at a time), which it returns for reuse.
-func sendRange(c net.Conn, ch *log.Chunk, n int64, buf []byte) ([]byte, error) {
-	if ok, err := sendfile(c, ch.File, ch.Pos, n); ok {
+// sendRange writes the n bytes at position at of ch's file to c: sendfile when both allow
+// it, else through buf (at most 64 KiB at a time), which it returns for reuse.
+func sendRange(c net.Conn, ch *log.Chunk, at, n int64, buf []byte) ([]byte, error) {
+	if ok, err := sendfile(c, ch.File, at, n); ok {
 		return buf, err
 	}
 	if buf == nil {
 		buf = make([]byte, 64<<10)
 	}
-	for pos, end := ch.Pos, ch.Pos+n; pos < end; {
+	for pos, end := at, at+n; pos < end; {
 		k := int(min(int64(len(buf)), end-pos))
 		if _, err := ch.File.ReadAt(buf[:k], pos); err != nil {
 			return buf, fmt.Errorf("read %s at %d: %w", ch.Path(), pos, err)

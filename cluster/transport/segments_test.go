@@ -14,7 +14,7 @@ import (
 
 // segmentPair starts a listener serving l as group 7 and a dialer that knows it, the
 // dialer's secret dialSecret.
-func segmentPair(t *testing.T, l *log.Log, dialSecret []byte) *Transport {
+func segmentPair(t testing.TB, l *log.Log, dialSecret []byte) *Transport {
 	t.Helper()
 	srv, err := New(Config{NodeID: 1, Listen: "127.0.0.1:0", Secret: testSecret, Handler: func(uint64, []Envelope) {},
 		Segments: func(g uint64) SegmentSource {
@@ -152,4 +152,36 @@ func FuzzSegmentFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkFetchSegments: a whole 32 MiB log over a segment stream on loopback (sendfile on
+// Linux), the sink discarding.
+func BenchmarkFetchSegments(b *testing.B) {
+	l, err := log.Open(b.TempDir(), log.Options{SegmentBytes: 8 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	var bb wire.BatchBuilder
+	bb.SetMagic(wire.BatchMagic2)
+	for range 64 {
+		bb.Append(1_700_000_000_000, nil, bytes.Repeat([]byte{'x'}, 1000), nil)
+	}
+	batch, err := bb.Finish(wire.CodecNone, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for l.Size() < 32<<20 {
+		if _, err := l.Append(bytes.Clone(batch), 64); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cli := segmentPair(b, l, testSecret)
+	b.SetBytes(l.Size())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := cli.FetchSegments(context.Background(), 1, 7, 0, l.NextOffset(), true, func(int64, int64, []byte) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
