@@ -17,9 +17,12 @@ import (
 
 // leaderLog is a leader's storage of entries 1-200 in small segments, its retention past the
 // first ones, and its snapshot at entry 200 (data version 2, source node 1).
-func leaderLog(t *testing.T) (*Storage, raftpb.Snapshot) {
+func leaderLog(t *testing.T) (*Storage, raftpb.Snapshot) { return leaderLogRetained(t, 8<<10) }
+
+// leaderLogRetained is leaderLog with retention at retention bytes (0: none).
+func leaderLogRetained(t *testing.T, retention int64) (*Storage, raftpb.Snapshot) {
 	t.Helper()
-	s := mustOpen(t, t.TempDir(), Options{Log: log.Options{SegmentBytes: 2 << 10, RetentionBytes: 8 << 10}})
+	s := mustOpen(t, t.TempDir(), Options{Log: log.Options{SegmentBytes: 2 << 10, RetentionBytes: retention}})
 	t.Cleanup(func() { s.Close() })
 	mustAppend(t, s, mixedEntries(1, 200, 1, 40))
 	if err := s.SetHardState(raftpb.HardState{Term: 5, Commit: 200}); err != nil {
@@ -28,7 +31,7 @@ func leaderLog(t *testing.T) (*Storage, raftpb.Snapshot) {
 	if err := s.EnforceRetention(200); err != nil {
 		t.Fatal(err)
 	}
-	if s.Log().StartOffset() == 0 {
+	if retention > 0 && s.Log().StartOffset() == 0 {
 		t.Fatal("the leader's retention removed nothing")
 	}
 	snap, err := s.SnapshotAt(200, 1)
@@ -154,6 +157,49 @@ func TestCatchUpInstall(t *testing.T) {
 	if li, _ := f.LastIndex(); li != 210 {
 		t.Fatalf("reopened: last index %d, want 210", li)
 	}
+}
+
+// TestCatchUpKeepsOwn: a follower whose committed entries reach into the leader's log keeps
+// its own segments below the one holding its end and gets the rest: the files all equal the
+// leader's.
+func TestCatchUpKeepsOwn(t *testing.T) {
+	leader, snap := leaderLogRetained(t, 0)
+	dir := t.TempDir()
+	f := mustOpen(t, dir, Options{Log: log.Options{SegmentBytes: 2 << 10}})
+	defer f.Close()
+	mustAppend(t, f, mixedEntries(1, 150, 1, 40))
+	mustAppend(t, f, []raftpb.Entry{dataEntry(151, 9, 3)}) // uncommitted, not the leader's
+	if err := f.SetHardState(raftpb.HardState{Term: 4, Commit: 120}); err != nil {
+		t.Fatal(err)
+	}
+	end := f.CommittedEnd()
+	ch, err := leader.Log().Read(end, leader.Log().NextOffset(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := ch.SegmentBase()
+	ch.Release()
+	if from == 0 || !f.CanKeepBelow(from) {
+		t.Fatalf("cannot keep the segments below %d (committed end %d)", from, end)
+	}
+	c, err := f.NewCatchUp(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream(t, leader.Log(), c, from, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Finish(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.InstallSnapshot(snap, c); err != nil {
+		t.Fatal(err)
+	}
+	sameSegments(t, leader, dir)
+	if f.Log().StartOffset() != 0 || c.Received() >= leader.Log().Size() {
+		t.Fatalf("the follower's log starts at %d after receiving %d of the leader's %d bytes", f.Log().StartOffset(), c.Received(), leader.Log().Size())
+	}
+	t.Logf("kept [0, %d), received %d of %d bytes", from, c.Received(), leader.Log().Size())
 }
 
 // TestCatchUpRefuses: bytes that are not the log the snapshot describes are refused.
