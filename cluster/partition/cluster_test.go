@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -48,9 +49,6 @@ type cluster struct {
 	// abort, if set, ends pipeline with errAborted when it reports true (a simulated power
 	// cut stops the producers).
 	abort func() bool
-	// noSegments: snapshots without the catch-up from whole segments (the log starts again
-	// at the snapshot's offset).
-	noSegments bool
 
 	mu    sync.Mutex // guards nodes' p and tr (tests stop and start nodes under load)
 	nodes map[uint64]*node
@@ -83,7 +81,7 @@ func newCluster(t testing.TB, seed uint64, n int, tune func(*Config)) *cluster {
 // config is node id's partition Config.
 func (c *cluster) config(nd *node) Config {
 	cfg := Config{
-		Dir: nd.dir, NodeID: nd.id, Group: testGroup, Peers: c.ids, Sender: nd.gate, Fsync: FsyncNever,
+		Dir: nd.dir, NodeID: nd.id, Group: testGroup, Peers: c.ids, Sender: nd.gate, Segments: nd.gate, Fsync: FsyncNever,
 		Log:  log.Options{SegmentBytes: 64 << 10, FS: c.fsys},
 		Tick: testTick, ElectionTicks: 10, ProposalTimeout: 10 * time.Second,
 		Logf: func(f string, a ...any) { c.t.Logf("node %d: "+f, append([]any{nd.id}, a...)...) },
@@ -112,11 +110,7 @@ func (c *cluster) start(id uint64) {
 		c.t.Fatal(err)
 	}
 	nd.gate.setNext(tr)
-	cfg := c.config(nd)
-	if !c.noSegments {
-		cfg.Segments = tr
-	}
-	p, err := Open(cfg)
+	p, err := Open(c.config(nd))
 	if err != nil {
 		tr.Close()
 		c.t.Fatalf("node %d: Open: %v", id, err)
@@ -415,6 +409,14 @@ func (g *gate) setNext(s replica.Sender) {
 	g.mu.Lock()
 	g.next = s
 	g.mu.Unlock()
+}
+
+// FetchSegments fetches through the node's current transport.
+func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error) {
+	g.mu.Lock()
+	next := g.next
+	g.mu.Unlock()
+	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink)
 }
 
 func (g *gate) Send(to uint64, envs ...transport.Envelope) bool {
