@@ -292,7 +292,20 @@ func (l *Log) Install(src string) error {
 	if act.next != m.Next {
 		return fail(fmt.Errorf("%w: the installed segments end at offset %d, the manifest says %d", ErrCorrupt, act.next, m.Next))
 	}
+	// The sealed segments that came without index files (the installed ones, and the log's
+	// own former active segment when it is kept) get them now, as a roll writes them, so
+	// that no later Open rebuilds them.
+	for i, s := range segs[:len(segs)-1] {
+		if s.base >= m.From || i == len(segs)-len(m.Bases)-1 {
+			if err := l.writeIndexes(s); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	if err := act.f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
 		return fail(err)
 	}
 	l.segMu.Lock()
