@@ -173,6 +173,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 	lc := s.log.With().Str("remote", addr.String())
 	if peer != nil {
 		lc = lc.Str("listener", "tls")
+		gc = &pipeConn{Conn: gc, p: peer.sess.Pipe()} // its bytes go through the session's pipe
 	}
 	return &conn{
 		srv:          s,

@@ -67,7 +67,8 @@
 // connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
 // never held across I/O; commit callbacks run after it is released; the topic-to-store map
 // offsetStore.stores is copy-on-write, with no lock), and package tlsfront's locks (its
-// listener's, a session's raw connection's; OnClose takes the latter in Session.BrokerClosed,
+// listener's, a session's raw connection's and its pipe's two; the loop takes the pipe's in
+// pipeConn's methods, OnClose the raw connection's and the pipe's in Session.BrokerClosed,
 // maybe under a ring slot's read lock, and the TLS hooks take connsMu holding none of them).
 // groupTracker.mu (the consumer groups /metrics shows) is taken by scrapes and offset syncers
 // with no other lock held; under it only offsetlog.Store.mu. Inside package log, see its

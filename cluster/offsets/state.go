@@ -3,11 +3,13 @@ package offsets
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"maps"
 	"slices"
 
+	"github.com/lightq/lightq/cluster/smlog"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -57,7 +59,7 @@ func (s *state) apply(index uint64, rec *record) {
 }
 
 // State snapshot: the whole state as of one index, what raft sends a replica that is too far
-// behind (raftpb.Snapshot.Data) and what the snapshot file keeps (snapfile.go). Big-endian;
+// behind (raftpb.Snapshot.Data) and what the snapshot file keeps (snapFormat, below). Big-endian;
 // str is a u16 length and the bytes:
 //
 //	0 magic "LQOS" | 4 version u8 = 1 | 5 reserved [3] zero | 8 crc32c u32 of bytes 12.. |
@@ -80,6 +82,28 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// SnapshotFileName is the snapshot file in the store's directory: the latest raft snapshot
+// of the partition's state, which this replica restarts from and sends to replicas too far
+// behind (cluster/smlog has its layout and how it is kept with the log).
+const SnapshotFileName = "offsets.snap"
+
+// ErrCorrupt wraps the errors of a store directory that cannot be trusted: a damaged snapshot
+// file, or a log that was compacted past the snapshot file it needs.
+var ErrCorrupt = errors.New("offsets: corrupt offsets store")
+
+// snapFormat is the offsets' snapshot file. NEVER CHANGE its name or magic: it is on disk.
+var snapFormat = smlog.Format[*state]{
+	Name: "offsets", FileName: SnapshotFileName, Magic: "LQOF", MaxState: MaxSnapshot,
+	Corrupt: ErrCorrupt, Malformed: ErrMalformed, Empty: newState,
+	Decode: func(b []byte) (*state, uint64, error) {
+		st, err := decodeState(b)
+		if err != nil {
+			return nil, 0, err
+		}
+		return st, st.index, nil
+	},
+}
 
 func compareKeys(a, b Key) int {
 	if c := cmp.Compare(a.Topic, b.Topic); c != 0 {

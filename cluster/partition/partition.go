@@ -282,7 +282,7 @@ func Open(cfg Config) (*Partition, error) {
 		// Above what Produce lets through, so that raft never drops a proposal for its size
 		// (a drop between two batches of one producer would store the later one after a gap).
 		MaxUncommittedBytes: uint64(2*cfg.MaxPendingBytes) + uint64(p.maxSize),
-		Logger:              raftLogger{cfg.Logf},
+		Logger:              replica.LogfLogger{Logf: cfg.Logf},
 	})
 	if err != nil {
 		s.Close()
@@ -454,20 +454,3 @@ func (p *Partition) Close() error {
 func (p *Partition) logf(format string, args ...any) {
 	p.cfg.Logf("partition %d (%s): "+format, append([]any{p.cfg.Group, p.cfg.Dir}, args...)...)
 }
-
-// raftLogger sends raft's warnings and errors to Logf; its debug and info chatter goes
-// nowhere. Fatal and Panic panic, as raft requires.
-type raftLogger struct{ logf func(string, ...any) }
-
-func (raftLogger) Debug(...any)                  {}
-func (raftLogger) Debugf(string, ...any)         {}
-func (raftLogger) Info(...any)                   {}
-func (raftLogger) Infof(string, ...any)          {}
-func (l raftLogger) Warning(v ...any)            { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Warningf(f string, v ...any) { l.logf("raft: "+f, v...) }
-func (l raftLogger) Error(v ...any)              { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Errorf(f string, v ...any)   { l.logf("raft: "+f, v...) }
-func (raftLogger) Fatal(v ...any)                { panic(fmt.Sprint(v...)) }
-func (raftLogger) Fatalf(f string, v ...any)     { panic(fmt.Sprintf(f, v...)) }
-func (raftLogger) Panic(v ...any)                { panic(fmt.Sprint(v...)) }
-func (raftLogger) Panicf(f string, v ...any)     { panic(fmt.Sprintf(f, v...)) }

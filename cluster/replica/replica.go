@@ -97,6 +97,11 @@ var (
 	// ErrSnapshotCovered: a snapshot from the leader replaced this replica's log before the
 	// proposal's entry was applied here, so the replica cannot tell whether it is stored.
 	ErrSnapshotCovered = errors.New("a snapshot covered the proposal's index; outcome unknown")
+	// ErrStaleChange: a membership change that would make a voter a learner, refused.
+	// Nothing in LightQ demotes a voter: such a change comes from a view of the group older
+	// than the group (a learner added by a mover that had not yet seen the member come back
+	// as a voter), and applying it would take a vote from an up-to-date member.
+	ErrStaleChange = errors.New("membership change from a stale view: it would make a voter a learner")
 )
 
 // NotLeaderError is a proposal to a replica that is not the leader. Leader is the leader it
@@ -221,7 +226,7 @@ func Start(cfg Config) (*Replica, error) {
 		cfg.MaxUncommittedBytes = 64 << 20
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = discardLogger{}
+		cfg.Logger = LogfLogger{}
 	}
 	rc := &raft.Config{
 		ID:                        cfg.ID,
@@ -367,7 +372,8 @@ type confChange struct {
 
 // ProposeConfChange asks the group to change its membership (a ConfChangeV2: one change, or
 // several through joint consensus). It fails as Propose does (*NotLeaderError, ErrBusy,
-// ErrStopped); nil means raft took it (appended on the leader, or forwarded to it), not that
+// ErrStopped), and with ErrStaleChange for a change that adds as a learner a node that is a
+// voter in the membership this replica applied; nil means raft took it (appended on the leader, or forwarded to it), not that
 // it will be applied: raft turns a change proposed while another is pending into an empty
 // entry, and a forward can be lost. The caller watches the membership the replica saves
 // (ConfStateSaver) and proposes again if it does not change. It blocks until the replica's
@@ -433,20 +439,3 @@ type snapSent struct {
 	to uint64
 	ok bool
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Debug(...any)            {}
-func (discardLogger) Debugf(string, ...any)   {}
-func (discardLogger) Error(...any)            {}
-func (discardLogger) Errorf(string, ...any)   {}
-func (discardLogger) Info(...any)             {}
-func (discardLogger) Infof(string, ...any)    {}
-func (discardLogger) Warning(...any)          {}
-func (discardLogger) Warningf(string, ...any) {}
-func (discardLogger) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
-func (discardLogger) Fatalf(f string, v ...any) {
-	panic(fmt.Sprintf(f, v...))
-}
-func (discardLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
-func (discardLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
