@@ -30,6 +30,7 @@ type Faults struct {
 
 	// Counters of what was done, for tests to check that faults happened.
 	Dropped, Duplicated, Delayed, Cut int
+	SegmentCuts                       int // segment streams cut (CutSegmentStream)
 }
 
 // NewFaults returns a Faults that injects nothing until told, with its decisions seeded.
@@ -153,7 +154,7 @@ func (f *Faults) segmentCut() int64 {
 	n := f.segCut
 	if n > 0 {
 		f.segCut = 0
-		f.Cut++
+		f.SegmentCuts++
 	}
 	return n
 }
