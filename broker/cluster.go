@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	cmeta "github.com/lightq/lightq/cluster/meta"
+	cpart "github.com/lightq/lightq/cluster/partition"
 	"github.com/lightq/lightq/cluster/replica"
 	"github.com/lightq/lightq/cluster/transport"
 )
@@ -48,6 +49,10 @@ type clusterNode struct {
 	// goroutine's).
 	peers map[uint64]string
 	mover *mover // drives the moves of the partitions led here (clustermove.go)
+	// segs are the partition replicas held here by Raft group, whose segment logs the
+	// transport serves to followers catching up from whole segments (set by openReplica,
+	// removed by closeReplica; read by the transport's goroutines).
+	segs sync.Map // uint64 -> *cpart.Partition
 
 	stop      chan struct{}
 	done      chan struct{} // run ended
@@ -73,7 +78,8 @@ func (s *Server) startCluster() error {
 	tr, err := transport.New(transport.Config{
 		NodeID: n.id, Listen: listen, Secret: cc.Secret,
 		Handler: n.router.Handle, Unreachable: n.router.Unreachable,
-		Logf: func(f string, a ...any) { n.log.Debug().Msgf(f, a...) },
+		Logf:     func(f string, a ...any) { n.log.Debug().Msgf(f, a...) },
+		Segments: n.segmentSource,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster port %s: %w", listen, err)
@@ -296,4 +302,13 @@ func brokerList(st *cmeta.State) []cmeta.Broker {
 	bs := st.Brokers()
 	sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
 	return bs
+}
+
+// segmentSource is the segment log of the partition replica of group held here, for the
+// transport's segment streams; nil when none is.
+func (n *clusterNode) segmentSource(group uint64) transport.SegmentSource {
+	if v, ok := n.segs.Load(group); ok {
+		return v.(*cpart.Partition).Log()
+	}
+	return nil
 }

@@ -68,8 +68,13 @@
 // snapshot. Its data is raftlog's (the offset the follower's log starts again at) followed by
 // the producer state as of the leader's applied index (state.go), which the follower
 // checkpoints before its log is reset, and which then deduplicates there as on the leader.
-// The follower holds the partition from the snapshot's offset on: whole-segment transfer
-// (bringing it the segments below, snapshot data v2) is not done yet.
+// With Config.Segments the snapshot is at the leader's applied index and names the leader as
+// the source of the segments below it (raftlog data version 2): the follower fetches the
+// leader's segment files from the leader's log start (or its own committed end, if later) up
+// to the snapshot's offset over the cluster port, verified, crash-safely installed
+// (catchup.go, raftlog's catchup.go), so that it holds the partition from the log start on,
+// byte for byte as the leader. Without it, or when the fetch gives up (CatchUpTimeout), the
+// follower holds the partition from the snapshot's offset on.
 //
 // # Bounded memory
 //
@@ -99,6 +104,7 @@
 //   - produce.go: Produce, the records of batches in flight, their outcomes and timeouts;
 //   - dedup.go: the verdict on an idempotent batch (committed state plus in-flight batches);
 //   - storage.go: the replica's Storage: raftlog plus the producer state in snapshots;
+//   - catchup.go: fetching a snapshot's segments from its source;
 //   - state.go: the partition state format (checkpoint file and snapshot data);
 //   - maintain.go: the maintenance goroutine (timeouts, fsync interval, checkpoints,
 //     retention, expiry);

@@ -83,6 +83,15 @@ type Config struct {
 	// goroutine: the broker wakes its long-poll fetches. It must not block.
 	OnCommit func()
 	Logf     func(format string, args ...any) // default: silent
+	// Segments, if set, brings a follower behind its leader's log start up from whole
+	// segments (catchup.go): snapshots name this broker as the source of the segments below
+	// them, and a follower that installs one fetches them from its source through Segments
+	// (*transport.Transport, whose Config.Segments must then serve this partition's Log).
+	// Nil: a snapshot starts the follower's log at the snapshot's offset.
+	Segments SegmentFetcher
+	// CatchUpTimeout is how long a follower keeps fetching the segments of one snapshot
+	// before it installs the snapshot without them (default 2 min).
+	CatchUpTimeout time.Duration
 
 	// MaxPending bounds the batches proposed and not yet settled (default 4096), and
 	// MaxPendingBytes their bytes (default 32 MiB): past either, Produce answers ErrBusy.
@@ -176,6 +185,7 @@ type Partition struct {
 	// Guarded by mu too: the last term in which this replica saw a leader, and the terms it
 	// saw one in since Open (Status.LeaderChanges).
 	leaderTerm, leaderChanges uint64
+	cu                        CatchUpStats // guarded by mu
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
@@ -216,6 +226,9 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.CatchUpTimeout <= 0 {
+		cfg.CatchUpTimeout = defaultCatchUpTimeout
 	}
 	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{})}
 	if p.fsys == nil {

@@ -6,7 +6,8 @@
 //
 // A replica's directory holds the segment log (package log: <base>.log, .index, .timeindex,
 // checkpoint) and raft.state (state.go: two 4 KiB slots, the term, vote, commit index,
-// membership, and where the raft log starts in the segment log). Each stored batch is one
+// membership, and where the raft log starts in the segment log), and, while a catch-up from
+// whole segments is received, catchup/ (its temporary segment files and manifest). Each stored batch is one
 // Raft entry, its term in the leader epoch field and its index in the raft index field
 // (wire/batch.go, format 2); entries without messages are control batches (wire/control.go).
 // Nothing else is kept: the index and term of every entry come from its batch.
@@ -19,7 +20,8 @@
 //     binary search over offsets, the header walk at Open, Entries;
 //   - append.go: Append (a conflicting tail replaced), ApplySnapshot, EnforceRetention;
 //   - snapdata.go: the data of the snapshots replicas exchange (the offset the log goes on
-//     at);
+//     at; version 2: the node whose segments hold what is below it);
+//   - catchup.go: the catch-up from whole segments (SnapshotAt, CatchUp, InstallSnapshot);
 //   - state.go: the state file.
 //
 // # Concurrency

@@ -161,6 +161,10 @@ func Open(dir string, opts Options) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := prepareOpen(fsys, dir, &st); err != nil {
+		sf.Close()
+		return nil, err
+	}
 	lopts := opts.Log
 	lopts.Producers.Disabled = true
 	l, err := log.Open(dir, lopts)
@@ -181,6 +185,13 @@ func Open(dir string, opts Options) (*Storage, error) {
 func (s *Storage) recover() error {
 	st := &s.st
 	switch {
+	case st.ResetPending && st.InstallPending:
+		// InstallSnapshot recorded a snapshot; prepareOpen finished moving its segments in.
+		s.opts.Log.Logf("raftlog %s: finished installing the segments of a snapshot at index %d (offset %d)", s.dir, st.SnapIndex, st.FirstOffset)
+		st.ResetPending, st.InstallPending = false, false
+		if err := s.sf.Save(*st, true); err != nil {
+			return err
+		}
 	case st.ResetPending:
 		// ApplySnapshot recorded a snapshot and did not finish emptying the log.
 		s.opts.Log.Logf("raftlog %s: finishing the reset to offset %d of a snapshot at index %d", s.dir, st.FirstOffset, st.SnapIndex)
@@ -368,11 +379,8 @@ func (s *Storage) OffsetAfter(i uint64) (int64, error) {
 // one as of the snapshot's index. Its data (snapdata.go) is the offset of the entry after the
 // snapshot's index, where the receiver's log goes on.
 //
-// The contract left for the catch-up from whole segments (a later piece): a receiver of this
-// snapshot holds no batch below that offset; the sender is to give it its segments up to the
-// snapshot's index (data version 2: the segment list), so that every replica holds the
-// partition's messages from the log start on. Until then a replica that received a snapshot
-// serves the partition from the snapshot's offset on.
+// A receiver of this snapshot (version-1 data) holds no batch below that offset; SnapshotAt
+// (catchup.go) makes the snapshot whose receiver fetches the segments below it.
 func (s *Storage) Snapshot() (raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -38,6 +38,10 @@ type Config struct {
 	// RedialMin and RedialMax bound the backoff between dials to a dead peer (default 50 ms,
 	// 1 s), with jitter.
 	RedialMin, RedialMax time.Duration
+	// Segments, if set, gives the segment log of a group this broker holds a replica of,
+	// for the segment streams of followers catching up (segments.go); nil for none. It may
+	// be called from any goroutine.
+	Segments func(group uint64) SegmentSource
 	// Faults, if set, is consulted for every message sent (tests only).
 	Faults *Faults
 }
@@ -243,9 +247,13 @@ func (t *Transport) serveInbound(c net.Conn) {
 		_ = c.Close() // done with it either way
 	}()
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout)) // a failure shows on the next read
-	from, err := acceptHandshake(c, t.cfg.Secret, t.cfg.NodeID)
+	from, kind, err := acceptHandshake(c, t.cfg.Secret, t.cfg.NodeID)
 	if err != nil {
 		t.cfg.Logf("cluster connection from %s refused: %v", c.RemoteAddr(), err)
+		return
+	}
+	if kind == segMagic {
+		t.serveSegments(c, from)
 		return
 	}
 	_ = c.SetDeadline(time.Time{}) // raft heartbeats keep a live stream busy
