@@ -251,7 +251,7 @@ func Open(cfg Config) (*Partition, error) {
 			break
 		}
 		p.logf("entry %d is damaged (%v): cutting the log there; the other replicas bring it back", ce.Index, ce)
-		if err = s.CutDamaged(ce.Index); err == nil {
+		if err = s.CutDamaged(ce); err == nil {
 			commit, err = p.rebuild()
 		}
 	}
