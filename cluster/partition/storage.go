@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lightq/lightq/cluster/raftlog"
@@ -32,6 +33,11 @@ var (
 // membership change is applied when its index is recorded). The receiver skips the entries
 // up to that index when it records producers.
 func (s *storage) Snapshot() (raftpb.Snapshot, error) {
+	if s.p.damagePending() {
+		// raft asks for one because a read met damage (Entries): the follower is to get the
+		// entries from the leader that takes over, not a snapshot that would empty its log.
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	snap, err := s.Storage.Snapshot()
 	if err != nil {
 		return snap, err

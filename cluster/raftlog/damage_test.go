@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -89,23 +90,31 @@ func TestHeaderBitFlips(t *testing.T) {
 	if where[57].path != where[60].path || where[20].path == where[60].path {
 		t.Fatalf("entries 20 and 57 in %s and %s, the active segment %s: the fixture does not split as meant", where[20].path, where[57].path, where[60].path)
 	}
+	firstActive := uint64(60)
+	for where[firstActive-1].path == where[60].path {
+		firstActive--
+	}
 	for _, f := range uncovered {
 		for k := range 8 * f.size {
-			t.Run("active "+f.name, func(t *testing.T) {
-				dir := t.TempDir()
-				copyDir(t, fixture, dir)
-				flip(t, dir, where[57], f.pos, k)
-				_, err := Open(dir, Options{})
-				var ce *CorruptEntryError
-				if !errors.As(err, &ce) || ce.Index != 57 && f.name == "leader epoch" || ce.Offset != where[57].off {
-					t.Fatalf("bit %d: Open without CutDamage: %v", k, err)
-				}
-				s := mustOpen(t, dir, Options{CutDamage: true})
-				defer s.Close()
-				if last, _ := s.LastIndex(); last != 56 || s.LostCommit() != 60 {
-					t.Fatalf("bit %d: after the cut, last %d, lost commit %d", k, last, s.LostCommit())
-				}
-			})
+			// In the active segment, in its middle and its first batch (whose index the walk
+			// takes from its header: the last batch of the sealed segment before confirms it).
+			for _, at := range []uint64{57, firstActive} {
+				t.Run(fmt.Sprintf("active %s entry %d", f.name, at), func(t *testing.T) {
+					dir := t.TempDir()
+					copyDir(t, fixture, dir)
+					flip(t, dir, where[at], f.pos, k)
+					_, err := Open(dir, Options{})
+					var ce *CorruptEntryError
+					if !errors.As(err, &ce) || ce.Index != at && f.name == "leader epoch" || ce.Offset != where[at].off {
+						t.Fatalf("bit %d: Open without CutDamage: %v", k, err)
+					}
+					s := mustOpen(t, dir, Options{CutDamage: true})
+					defer s.Close()
+					if last, _ := s.LastIndex(); last != at-1 || s.LostCommit() != 60 {
+						t.Fatalf("bit %d: after the cut, last %d, lost commit %d", k, last, s.LostCommit())
+					}
+				})
+			}
 			t.Run("sealed "+f.name, func(t *testing.T) {
 				dir := t.TempDir()
 				copyDir(t, fixture, dir)

@@ -371,6 +371,11 @@ func (s *Storage) walkTail() error {
 			return &CorruptEntryError{Index: h.RaftIndex, Offset: off, Path: path,
 				Reason: fmt.Sprintf("raft index %d, but entry %d is at offset %d", h.RaftIndex, s.st.SnapIndex+1, first)}
 		}
+		// The first entry walked takes its index from its header: the batch before it (the
+		// last of a sealed segment) must be the entry before.
+		if err := s.checkBefore(h.RaftIndex, h.BaseOffset, path); err != nil {
+			return err
+		}
 		if from == next {
 			if nb != next {
 				return fmt.Errorf("%w: %s: the last batch ends at %d, the log at %d", ErrCorrupt, path, nb, next)
