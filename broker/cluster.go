@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	cmeta "github.com/lightq/lightq/cluster/meta"
+	cpart "github.com/lightq/lightq/cluster/partition"
 	"github.com/lightq/lightq/cluster/replica"
 	"github.com/lightq/lightq/cluster/transport"
 )
@@ -48,6 +49,8 @@ type clusterNode struct {
 	// goroutine's).
 	peers map[uint64]string
 	mover *mover // drives the moves of the partitions led here (clustermove.go)
+	// scrub is the rate the replicas' scrubs share (nil: none).
+	scrub *cpart.ScrubRate
 
 	stop      chan struct{}
 	done      chan struct{} // run ended
@@ -66,6 +69,12 @@ func (s *Server) startCluster() error {
 		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
 	n.cond = sync.NewCond(&n.mu)
+	switch rate := cc.ScrubBytesPerSecond; {
+	case rate == 0:
+		n.scrub = cpart.NewScrubRate(cpart.DefaultScrubBytesPerSecond)
+	case rate > 0:
+		n.scrub = cpart.NewScrubRate(rate)
+	}
 	listen := cc.Listen
 	if listen == "" {
 		listen = cc.Peers[n.id]
