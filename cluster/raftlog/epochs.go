@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/lightq/lightq/log/vfs"
 )
@@ -171,12 +172,15 @@ func (e *epochs) save() error {
 // termAt is the term of entry i by the file: ok is false when i is below its first epoch
 // (entries stored before the file existed, or none recorded).
 func (e *epochs) termAt(i uint64) (uint64, bool) {
-	for k := len(e.list) - 1; k >= 0; k-- { // mostly the last one
-		if e.list[k].first <= i {
-			return e.list[k].term, true
-		}
+	n := len(e.list)
+	if n > 0 && e.list[n-1].first <= i { // mostly the last one
+		return e.list[n-1].term, true
 	}
-	return 0, false
+	k := sort.Search(n, func(k int) bool { return e.list[k].first > i }) // the first past i
+	if k == 0 {
+		return 0, false
+	}
+	return e.list[k-1].term, true
 }
 
 // covers reports whether entry i is checked against the file.
