@@ -168,6 +168,46 @@ func TestHeaderBitFlips(t *testing.T) {
 	}
 }
 
+// TestCutBeyondCommit: a replica acknowledges entries past its own commit index (its leader
+// counts them stored here), so a cut of damaged entries reports the last entry it held as
+// lost, not only its commit index: at Open, in the active segment's middle and first batch,
+// and by CutDamaged.
+func TestCutBeyondCommit(t *testing.T) {
+	fixture := t.TempDir()
+	where := damageFixture(t, fixture)
+	{
+		s := mustOpen(t, fixture, Options{})
+		if err := s.SetHardState(raftpb.HardState{Term: 4, Commit: 10}); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	firstActive := uint64(60)
+	for where[firstActive-1].path == where[60].path {
+		firstActive--
+	}
+	for _, at := range []uint64{57, firstActive} {
+		for _, f := range uncovered {
+			dir := t.TempDir()
+			copyDir(t, fixture, dir)
+			flip(t, dir, where[at], f.pos, 2)
+			s := mustOpen(t, dir, Options{CutDamage: true})
+			if last, _ := s.LastIndex(); last != at-1 || s.LostCommit() != 60 {
+				t.Fatalf("%s of entry %d: last %d, lost commit %d; want %d, 60", f.name, at, last, s.LostCommit(), at-1)
+			}
+			s.Close()
+		}
+	}
+	s := mustOpen(t, fixture, Options{})
+	defer s.Close()
+	if err := s.CutDamaged(&CorruptEntryError{Index: 20, Offset: where[20].off}); err != nil {
+		t.Fatal(err)
+	}
+	if s.LostCommit() != 60 {
+		t.Fatalf("CutDamaged: lost commit %d, want 60", s.LostCommit())
+	}
+}
+
 // TestScrub: the scrub goes through the sealed segments of a sound log and starts over;
 // entries cut, or retention, move it back to the start.
 func TestScrub(t *testing.T) {

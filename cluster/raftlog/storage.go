@@ -248,6 +248,7 @@ func (s *Storage) recover() error {
 		return fmt.Errorf("%w: %s: the raft log starts at offset %d (entry %d), but the log holds [%d, %d)",
 			ErrCorrupt, s.dir, st.FirstOffset, st.SnapIndex+1, start, next)
 	}
+	var held uint64 // the last entry the log held before a cut: it may have acknowledged it
 	for cuts := 0; ; cuts++ {
 		err := s.walk()
 		var ce *CorruptEntryError
@@ -259,6 +260,7 @@ func (s *Storage) recover() error {
 		}
 		// The CRC does not cover a batch's term and index: the log's own recovery kept it.
 		s.opts.Log.Logf("raftlog %s: %v: cutting the log there; the other replicas bring the rest back", s.dir, ce)
+		held = max(held, s.lastHeld(ce))
 		if err := s.l.TruncateFrom(ce.Offset); err != nil {
 			return err
 		}
@@ -284,7 +286,31 @@ func (s *Storage) recover() error {
 		}
 		hs.Commit = min(max(hs.Commit, st.SnapIndex), s.last)
 	}
+	if held > s.last {
+		// The replica may have acknowledged entries its commit index does not reach yet:
+		// its leader counts them as stored here, and ignores a refusal below them unless
+		// the replica says it lost entries (LostCommit).
+		s.lostCommit = max(s.lostCommit, held)
+	}
 	return nil
+}
+
+// lastHeld is the index of the last entry the log holds, at Open, when the batch ce names
+// is damaged (the walk stopped there): the raft index of the log's last batch when it is
+// plausible, else the most entries the offsets from the damaged batch on can hold after the
+// entry before it. s.mu held, or Open.
+func (s *Storage) lastHeld(ce *CorruptEntryError) uint64 {
+	next, prev := s.l.NextOffset(), s.last
+	if ce.Offset > s.st.FirstOffset { // the walk may have stopped before it read the batch before
+		if h, _, nb, err := s.headerAt(ce.Offset - 1); err == nil && nb == ce.Offset {
+			prev = max(prev, h.RaftIndex)
+		}
+	}
+	bound := prev + uint64(max(next-ce.Offset, 1))
+	if h, _, nb, err := s.headerAt(next - 1); err == nil && nb == next && h.RaftIndex > prev && h.RaftIndex <= bound {
+		return h.RaftIndex
+	}
+	return bound
 }
 
 // maxOpenCuts bounds the cuts of damaged entries at Open (each cut walks again).
@@ -368,9 +394,11 @@ func (s *Storage) CutDamaged(ce *CorruptEntryError) error {
 		return fmt.Errorf("raftlog %s: cannot cut at entry %d (offset %d): the log holds entries %d-%d after its snapshot, offsets [%d, %d)",
 			s.dir, i, ce.Offset, s.st.SnapIndex+1, s.last, s.st.FirstOffset, s.l.NextOffset())
 	}
+	held := s.last // it may have acknowledged them all (see recover)
 	if err := s.truncateAt(i, ce.Offset); err != nil {
 		return err
 	}
+	s.lostCommit = max(s.lostCommit, held)
 	if s.ep.dropFrom(i) {
 		if err := s.ep.save(); err != nil {
 			return s.fail(err)
@@ -384,7 +412,9 @@ func (s *Storage) CutDamaged(ce *CorruptEntryError) error {
 }
 
 // LostCommit is the commit index this replica had recorded before Open found its log ending
-// below it, 0 when the log holds everything it committed. Such a replica acknowledged
+// below it, or the last entry it held before a damaged one was cut (it may have
+// acknowledged entries past its own commit index), 0 when the log holds everything it
+// committed and acknowledged. Such a replica acknowledged
 // entries it lost: it must not vote until it holds them again (replica.Config.LostCommit),
 // and its leader must forget what it acknowledged (see cluster/replica).
 func (s *Storage) LostCommit() uint64 {
