@@ -198,6 +198,17 @@ func TestCutBeyondCommit(t *testing.T) {
 			s.Close()
 		}
 	}
+	// A byte the CRC covers: the log's own Open cuts the batch and the valid ones after it.
+	for _, at := range []uint64{57, firstActive} {
+		dir := t.TempDir()
+		copyDir(t, fixture, dir)
+		flip(t, dir, where[at], 30, 0) // the first timestamp
+		s := mustOpen(t, dir, Options{CutDamage: true, Log: log.Options{CutDamage: true}})
+		if last, _ := s.LastIndex(); last != at-1 || s.LostCommit() != 60 {
+			t.Fatalf("CRC damage in entry %d: last %d, lost commit %d; want %d, 60", at, last, s.LostCommit(), at-1)
+		}
+		s.Close()
+	}
 	s := mustOpen(t, fixture, Options{})
 	defer s.Close()
 	if err := s.CutDamaged(&CorruptEntryError{Index: 20, Offset: where[20].off}); err != nil {

@@ -248,10 +248,16 @@ func (s *Storage) recover() error {
 		return fmt.Errorf("%w: %s: the raft log starts at offset %d (entry %d), but the log holds [%d, %d)",
 			ErrCorrupt, s.dir, st.FirstOffset, st.SnapIndex+1, start, next)
 	}
-	var held uint64 // the last entry the log held before a cut: it may have acknowledged it
+	var held, logLast uint64 // the last entry held before a cut (it may have acknowledged it)
 	for cuts := 0; ; cuts++ {
 		err := s.walk()
 		var ce *CorruptEntryError
+		if cuts == 0 {
+			logLast = s.last // the last entry of what the log's own Open kept
+			if errors.As(err, &ce) {
+				logLast = s.lastHeld(ce)
+			}
+		}
 		if err == nil || !s.opts.CutDamage || !errors.As(err, &ce) || cuts >= maxOpenCuts {
 			if err != nil {
 				return err
@@ -264,6 +270,10 @@ func (s *Storage) recover() error {
 		if err := s.l.TruncateFrom(ce.Offset); err != nil {
 			return err
 		}
+	}
+	if t := s.l.DamagedTail(); t != nil {
+		// The log's Open cut a damaged batch (its CRC) and the valid ones after it.
+		held = max(held, logLast+countBatches(t))
 	}
 	if s.ep.dropFrom(s.last+1) || s.rebuilding {
 		// Epochs past the log's end: a crash after an epoch was saved and before its entry
@@ -293,6 +303,21 @@ func (s *Storage) recover() error {
 		s.lostCommit = max(s.lostCommit, held)
 	}
 	return nil
+}
+
+// countBatches is how many batches b holds, framed by their lengths; where a length cannot
+// be trusted, the most the rest could hold.
+func countBatches(b []byte) uint64 {
+	var n uint64
+	for p := 0; p < len(b); {
+		size := wire.BatchSize(b[p:])
+		if size < wire.BatchHeaderSize || size > len(b)-p {
+			return n + uint64((len(b)-p)/wire.BatchHeaderSize2) + 1
+		}
+		n++
+		p += size
+	}
+	return n
 }
 
 // lastHeld is the index of the last entry the log holds, at Open, when the batch ce names
