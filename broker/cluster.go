@@ -53,6 +53,8 @@ type clusterNode struct {
 	// transport serves to followers catching up from whole segments (set by openReplica,
 	// removed by closeReplica; read by the transport's goroutines).
 	segs sync.Map // uint64 -> *cpart.Partition
+	// scrub is the rate the replicas' scrubs share (nil: none).
+	scrub *cpart.ScrubRate
 
 	stop      chan struct{}
 	done      chan struct{} // run ended
@@ -71,6 +73,12 @@ func (s *Server) startCluster() error {
 		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
 	n.cond = sync.NewCond(&n.mu)
+	switch rate := cc.ScrubBytesPerSecond; {
+	case rate == 0:
+		n.scrub = cpart.NewScrubRate(cpart.DefaultScrubBytesPerSecond)
+	case rate > 0:
+		n.scrub = cpart.NewScrubRate(rate)
+	}
 	listen := cc.Listen
 	if listen == "" {
 		listen = cc.Peers[n.id]

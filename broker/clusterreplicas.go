@@ -66,7 +66,7 @@ func (n *clusterNode) openReplica(t *topic, p *partition, a cmeta.Partition) {
 		Sender: n.tr, Fsync: partitionFsync(ct.shape), Log: ct.shape.logOpts,
 		Producers: cpart.ProducerLimits{Expiry: s.cfg.ProducerExpiry, MaxProducers: s.cfg.MaxProducersPerPartition, Budget: s.producerBudget,
 			Label: fmt.Sprintf("partition %d of %s", p.id, t.name)},
-		OnCommit: p.wakeAll, Logf: p.logf, Segments: n.tr,
+		OnCommit: p.wakeAll, Logf: p.logf, Segments: n.tr, Scrub: n.scrub,
 	}
 	if a.Moves == 0 {
 		cfg.Peers = a.Replicas

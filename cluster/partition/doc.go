@@ -95,7 +95,9 @@
 // not block; it may call Produce. OnCommit runs on the replica's goroutine. Lock order:
 // Partition.ckMu, then Partition.mu, then (inside the replica) its status lock; the
 // partition's mutex is never held across storage calls, and the replica's goroutine never
-// waits for Produce.
+// waits for Produce. The scrub goroutine calls the replica (Status, Progress,
+// TransferLeadership, Restart) and the Storage, never holding the partition's mutex; the
+// replica's goroutine only queues damage for it (a buffered channel, never waiting).
 //
 // # Files
 //
@@ -108,6 +110,8 @@
 //   - state.go: the partition state format (checkpoint file and snapshot data);
 //   - maintain.go: the maintenance goroutine (timeouts, fsync interval, checkpoints,
 //     retention, expiry);
+//   - scrub.go: the scrub goroutine (the sealed segments verified again at Config.Scrub's
+//     rate) and the repair of damage it or raft's reads find, from the other replicas;
 //   - format.go: format 1 to format 2; status.go: Status.
 //
 // # Example

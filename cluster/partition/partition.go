@@ -108,6 +108,12 @@ type Config struct {
 	// 500 ms, as the broker's durable partitions).
 	RetentionCheck time.Duration
 
+	// Scrub, when set, makes a background goroutine verify the sealed segments again and
+	// again at the rate it gives (shared by the partitions given the same one; the broker's
+	// default is DefaultScrubBytesPerSecond), repairing what it finds from the other
+	// replicas (scrub.go). Nil: no scrub (damage raft's reads meet is still repaired).
+	Scrub *ScrubRate
+
 	// Raft timing, passed to the replica: Tick (default 100 ms) and ElectionTicks (default
 	// 10).
 	Tick          time.Duration
@@ -193,6 +199,16 @@ type Partition struct {
 	ckIndex uint64
 	ckBuf   []byte
 
+	// The scrub (scrub.go): bytes verified, passes over the sealed segments, damaged batches
+	// found (by the scrub or raft's reads) and repairs made; damage is the queue of damage
+	// raft's reads met, to the scrub goroutine, and damageSeen (under damageMu) holds
+	// snapshots back until its repair starts.
+	scrubbed, scrubPasses, damaged, repaired atomic.Int64
+	damage                                   chan *raftlog.CorruptEntryError
+	damageMu                                 sync.Mutex
+	damageSeen                               bool
+	scrubDone                                chan struct{}
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -230,7 +246,8 @@ func Open(cfg Config) (*Partition, error) {
 	if cfg.CatchUpTimeout <= 0 {
 		cfg.CatchUpTimeout = defaultCatchUpTimeout
 	}
-	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{}),
+		scrubDone: make(chan struct{}), damage: make(chan *raftlog.CorruptEntryError, 1)}
 	if p.fsys == nil {
 		p.fsys = vfs.OS
 	}
@@ -249,7 +266,7 @@ func Open(cfg Config) (*Partition, error) {
 	// A damaged batch is cut, not refused: the peers hold the same bytes and raft brings
 	// them back (the replica lost entries it had acknowledged: see replica.Config.LostCommit).
 	lopts.CutDamage = true
-	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways})
+	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways, CutDamage: true})
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +281,7 @@ func Open(cfg Config) (*Partition, error) {
 			break
 		}
 		p.logf("entry %d is damaged (%v): cutting the log there; the other replicas bring it back", ce.Index, ce)
-		if err = s.CutDamaged(ce.Index); err == nil {
+		if err = s.CutDamaged(ce); err == nil {
 			commit, err = p.rebuild()
 		}
 	}
@@ -290,6 +307,7 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	p.rep = rep
 	go p.maintain()
+	go p.scrub()
 	return p, nil
 }
 
@@ -338,7 +356,7 @@ func (p *Partition) rebuild() (uint64, error) {
 	table.Expire(now)
 	scanned := 0
 	for lo := p.dd.index + 1; lo <= commit; {
-		ents, err := p.st.Entries(lo, commit+1, 4<<20)
+		ents, err := p.st.Storage.Entries(lo, commit+1, 4<<20) // not the wrapper: damage is cut at Open
 		if err != nil {
 			return 0, fmt.Errorf("partition: rebuilding the producer state from entry %d: %w", lo, err)
 		}
@@ -438,6 +456,7 @@ func (p *Partition) Close() error {
 		p.mu.Unlock()
 		close(p.stop)
 		<-p.done
+		<-p.scrubDone
 		p.rep.Stop()
 		err := p.checkpoint(true)
 		if cerr := p.st.Close(); err == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lightq/lightq/cluster/raftlog"
@@ -36,6 +37,11 @@ var (
 // source of the segments below it (raftlog.SnapshotAt): the receiver fetches them (catchUp)
 // and holds the partition from this log's start on, as this replica does.
 func (s *storage) Snapshot() (raftpb.Snapshot, error) {
+	if s.p.damagePending() {
+		// raft asks for one because a read met damage (Entries): the follower is to get the
+		// entries from the leader that takes over, not a snapshot that would empty its log.
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	p := s.p
 	var (
 		snap raftpb.Snapshot

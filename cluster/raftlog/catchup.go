@@ -378,6 +378,14 @@ func (s *Storage) InstallSnapshot(snap raftpb.Snapshot, c *CatchUp) error {
 		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
 	}
 	s.st = st
+	s.gen++
+	// The installed segments end at the snapshot, below the raft log's first entry: no epoch
+	// of this replica's old log describes them, and the entries after the snapshot will
+	// record their own (as ApplySnapshot).
+	s.ep.list = nil
+	if err := s.ep.save(); err != nil {
+		return s.fail(err)
+	}
 	if err := s.l.Install(c.src); err != nil {
 		return s.fail(fmt.Errorf("raftlog: install the segments of the snapshot at %d: %w", m.Index, err))
 	}

@@ -10,7 +10,9 @@
 // whole segments is received, catchup/ (its temporary segment files and manifest). Each stored batch is one
 // Raft entry, its term in the leader epoch field and its index in the raft index field
 // (wire/batch.go, format 2); entries without messages are control batches (wire/control.go).
-// Nothing else is kept: the index and term of every entry come from its batch.
+// The index and term of every entry come from its batch. Since the batch's CRC does not cover
+// those two fields, leader-epochs (epochs.go) keeps the first index of every term, against
+// which every entry's term is checked; the index must follow the previous entry's.
 //
 // # The parts
 //
@@ -22,7 +24,9 @@
 //   - snapdata.go: the data of the snapshots replicas exchange (the offset the log goes on
 //     at; version 2: the node whose segments hold what is below it);
 //   - catchup.go: the catch-up from whole segments (SnapshotAt, CatchUp, InstallSnapshot);
-//   - state.go: the state file.
+//   - state.go: the state file;
+//   - epochs.go: the leader epochs file;
+//   - scrub.go: Scrub, the paced verification of the sealed segments.
 //
 // # Concurrency
 //

@@ -43,6 +43,13 @@ func (r *Replica) run() {
 			req <- r.progress()
 		case f := <-r.ctl:
 			f(r.rn)
+		case req := <-r.restarts:
+			err := r.restart(req)
+			req.done <- err
+			if err != nil {
+				r.cfg.Logger.Errorf("replica %d of group %d stops: %v", r.cfg.ID, r.cfg.Group, err)
+				return
+			}
 		}
 		if r.rn.HasReady() {
 			if err := r.handleReady(); err != nil {
