@@ -266,7 +266,13 @@ func Open(cfg Config) (*Partition, error) {
 	// A damaged batch is cut, not refused: the peers hold the same bytes and raft brings
 	// them back (the replica lost entries it had acknowledged: see replica.Config.LostCommit).
 	lopts.CutDamage = true
-	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways, CutDamage: true})
+	// The cache of recent entries holds what the leader has not applied yet (bounded by
+	// raft's MaxUncommittedBytes below, data Produce holds anyway), so that neither
+	// applying nor sending to a follower a little behind reads the log back; applied
+	// entries beyond 4 MiB are given up (Storage.Applied in advanced).
+	uncommitted := 2*cfg.MaxPendingBytes + int64(p.maxSize)
+	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways,
+		CacheBytes: int(uncommitted), CacheAppliedBytes: 4 << 20, Window: 2048, CutDamage: true})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +304,7 @@ func Open(cfg Config) (*Partition, error) {
 		Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		// Above what Produce lets through, so that raft never drops a proposal for its size
 		// (a drop between two batches of one producer would store the later one after a gap).
-		MaxUncommittedBytes: uint64(2*cfg.MaxPendingBytes) + uint64(p.maxSize),
+		MaxUncommittedBytes: uint64(uncommitted),
 		Logger:              replica.LogfLogger{Logf: cfg.Logf},
 	})
 	if err != nil {
@@ -395,7 +401,7 @@ func (p *Partition) apply(e raftpb.Entry) {
 // advanced follows the replica after each Ready (its goroutine): the high watermark, the
 // leadership, and a new leader's readiness to deduplicate.
 func (p *Partition) advanced(st replica.Status) {
-	off, offErr := p.st.OffsetAfter(st.Applied)
+	off, offErr := p.st.Applied(st.Applied)
 	p.mu.Lock()
 	p.status = st
 	if st.Leader != 0 && st.Term != p.leaderTerm {

@@ -26,21 +26,38 @@ type entryPos struct {
 
 // window holds the positions of the most recent entries, [first, first+n), in a ring. It
 // always ends at the last entry when it holds any. It is also the cache of recent entries:
-// those Append stored keep their data until they hold more than limit bytes together, the
-// oldest given up first, so that raft's reads of entries just appended (to apply them once
-// committed, to send them to a follower a little behind) do not read the log again.
+// those Append stored keep their data until they hold more than limit bytes together, or
+// more than keep bytes once applied (up to applied), the oldest given up first, so that
+// raft's reads of entries just appended (to apply them once committed, to send them to a
+// follower a little behind) do not read the log again, and an idle group holds no more
+// than keep.
 type window struct {
-	ring  []entryPos
-	head  int // ring index of entry first
-	n     int
-	first uint64
-	bytes int    // data bytes cached
-	limit int    // cache limit in bytes
-	evict uint64 // entries below it are not cached
+	ring    []entryPos
+	head    int // ring index of entry first
+	n       int
+	first   uint64
+	bytes   int    // data bytes cached
+	limit   int    // cache limit in bytes
+	keep    int    // cache limit in bytes while the oldest cached entry is applied
+	applied uint64 // the last entry applied (Storage.Applied)
+	evict   uint64 // entries below it are not cached
 }
 
-func newWindow(size, cacheBytes int) window {
-	return window{ring: make([]entryPos, size), limit: cacheBytes}
+func newWindow(size, cacheBytes, keepBytes int) window {
+	return window{ring: make([]entryPos, size), limit: cacheBytes, keep: min(keepBytes, cacheBytes)}
+}
+
+// trim gives up cached data, oldest first, while over limit, or over keep with the oldest
+// cached entry applied.
+func (w *window) trim() {
+	for end := w.first + uint64(w.n); w.evict < end; {
+		at := max(w.evict, w.first)
+		if w.bytes <= w.limit && (w.bytes <= w.keep || at > w.applied) {
+			return
+		}
+		w.forget(w.slot(at))
+		w.evict = at + 1
+	}
 }
 
 func (w *window) slot(i uint64) *entryPos { return &w.ring[(w.head+int(i-w.first))%len(w.ring)] }
@@ -104,11 +121,7 @@ func (w *window) push(i uint64, p entryPos) {
 	if p.cached {
 		w.bytes += len(p.data)
 	}
-	for end := w.first + uint64(w.n); w.bytes > w.limit && w.evict < end; {
-		at := max(w.evict, w.first)
-		w.forget(w.slot(at))
-		w.evict = at + 1
-	}
+	w.trim()
 }
 
 // truncateFrom drops the entries from i on.

@@ -120,6 +120,10 @@ type Options struct {
 	// from there, which LostCommit reports, and its peers bring them back. Damage found
 	// later (sealed segments, when read) is a CorruptEntryError, for CutDamaged.
 	CutDamage bool
+	// CacheAppliedBytes bounds the cache once its oldest entries were applied (Applied): a
+	// group may cache what it has not applied yet up to CacheBytes, and keep this much after
+	// (default and at most CacheBytes).
+	CacheAppliedBytes int
 }
 
 // StateFileName is the raft state file in a replica's directory, beside the segments.
@@ -163,6 +167,9 @@ func Open(dir string, opts Options) (*Storage, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = defaultCacheBytes
 	}
+	if opts.CacheAppliedBytes <= 0 {
+		opts.CacheAppliedBytes = opts.CacheBytes
+	}
 	fsys := opts.Log.FS
 	if fsys == nil {
 		fsys = vfs.OS
@@ -198,7 +205,7 @@ func Open(dir string, opts Options) (*Storage, error) {
 		sf.Close()
 		return nil, err
 	}
-	s := &Storage{dir: dir, opts: opts, l: l, sf: sf, st: st, ep: ep, win: newWindow(opts.Window, opts.CacheBytes)}
+	s := &Storage{dir: dir, opts: opts, l: l, sf: sf, st: st, ep: ep, win: newWindow(opts.Window, opts.CacheBytes, opts.CacheAppliedBytes)}
 	s.rebuilding = !found
 	if err := s.recover(); err != nil {
 		l.Close()
@@ -523,6 +530,17 @@ func (s *Storage) term(i uint64) (uint64, error) {
 // read below it, and no batch below it is ever replaced. raft.ErrCompacted below SnapIndex,
 // raft.ErrUnavailable past LastIndex.
 func (s *Storage) OffsetAfter(i uint64) (int64, error) {
+	return s.offsetAfterApplied(i, false)
+}
+
+// Applied says the entries up to i were applied: the cache keeps at most
+// Options.CacheAppliedBytes of them. It returns OffsetAfter(i), which the caller of Applied
+// wants too (the partition's high watermark), under one lock.
+func (s *Storage) Applied(i uint64) (int64, error) {
+	return s.offsetAfterApplied(i, true)
+}
+
+func (s *Storage) offsetAfterApplied(i uint64, applied bool) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -532,6 +550,10 @@ func (s *Storage) OffsetAfter(i uint64) (int64, error) {
 		return 0, raft.ErrCompacted
 	case i > s.last:
 		return 0, raft.ErrUnavailable
+	}
+	if applied && i > s.win.applied {
+		s.win.applied = i
+		s.win.trim()
 	}
 	return s.offsetAfter(i)
 }

@@ -20,7 +20,8 @@ type Config struct {
 	// Secret is the cluster secret every broker of the cluster shares (at least 16 bytes).
 	Secret []byte
 	// Handler receives the envelopes of each frame, on that peer connection's goroutine. It
-	// owns the messages.
+	// owns the messages: their entries' data and contexts point into the frame's buffer,
+	// which the transport gives up to them (it is not reused).
 	Handler func(from uint64, envs []Envelope)
 	// Unreachable, if set, is told when a message to node was dropped (queue full, peer not
 	// connected, write failed), so raft can be told with ReportUnreachable. It may be called
@@ -260,7 +261,10 @@ func (t *Transport) serveInbound(c net.Conn) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [frameHeaderSize]byte
 	var buf []byte
-	var envs []Envelope
+	var (
+		envs []Envelope
+		slab entrySlab
+	)
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -283,14 +287,18 @@ func (t *Transport) serveInbound(c net.Conn) {
 			return
 		}
 		envs = envs[:0]
-		if err := decodeFrame(buf, func(e Envelope) { envs = append(envs, e) }); err != nil {
+		aliased, err := decodeFrameInto(buf, &slab, func(e Envelope) { envs = append(envs, e) })
+		if err != nil {
 			t.cfg.Logf("cluster stream from node %d: %v", from, err)
 			return
 		}
 		t.cfg.Handler(from, envs)
 		clear(envs) // the handler owns the messages; drop our references
-		if cap(buf) > 4<<20 {
-			buf = nil // one huge frame does not pin its buffer for the connection's life
+		if aliased || cap(buf) > 4<<20 {
+			// The messages' entries point into buf (the follower's only copy of the data
+			// before the segment file): the next frame gets a buffer of its own. Else one
+			// huge frame would pin its buffer for the connection's life.
+			buf = nil
 		}
 	}
 }
