@@ -280,6 +280,13 @@ func (c *conn) serviceFetches() {
 			answered = true
 		}
 		if answered {
+			if c.closed() {
+				// The answer's write failed and closed the connection: onClose ran inside
+				// gnet's Write and dropped every fetch (endFetches), this one included. A
+				// client that gave up a stalled connection (its long polls parked here)
+				// while this broker was stopped (SIGSTOP) is closed on its first write.
+				return
+			}
 			c.dropFetch(i)
 			i--
 		}
