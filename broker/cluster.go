@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	cmeta "github.com/lightq/lightq/cluster/meta"
+	cpart "github.com/lightq/lightq/cluster/partition"
 	"github.com/lightq/lightq/cluster/replica"
 	"github.com/lightq/lightq/cluster/transport"
 )
@@ -48,6 +49,12 @@ type clusterNode struct {
 	// goroutine's).
 	peers map[uint64]string
 	mover *mover // drives the moves of the partitions led here (clustermove.go)
+	// segs are the partition replicas held here by Raft group, whose segment logs the
+	// transport serves to followers catching up from whole segments (set by openReplica,
+	// removed by closeReplica; read by the transport's goroutines).
+	segs sync.Map // uint64 -> *cpart.Partition
+	// scrub is the rate the replicas' scrubs share (nil: none).
+	scrub *cpart.ScrubRate
 
 	stop      chan struct{}
 	done      chan struct{} // run ended
@@ -66,6 +73,12 @@ func (s *Server) startCluster() error {
 		log: s.log.With().Str("component", "cluster").Logger(), purge: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
 	n.cond = sync.NewCond(&n.mu)
+	switch rate := cc.ScrubBytesPerSecond; {
+	case rate == 0:
+		n.scrub = cpart.NewScrubRate(cpart.DefaultScrubBytesPerSecond)
+	case rate > 0:
+		n.scrub = cpart.NewScrubRate(rate)
+	}
 	listen := cc.Listen
 	if listen == "" {
 		listen = cc.Peers[n.id]
@@ -73,7 +86,8 @@ func (s *Server) startCluster() error {
 	tr, err := transport.New(transport.Config{
 		NodeID: n.id, Listen: listen, Secret: cc.Secret,
 		Handler: n.router.Handle, Unreachable: n.router.Unreachable,
-		Logf: func(f string, a ...any) { n.log.Debug().Msgf(f, a...) },
+		Logf:     func(f string, a ...any) { n.log.Debug().Msgf(f, a...) },
+		Segments: n.segmentSource,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster port %s: %w", listen, err)
@@ -296,4 +310,13 @@ func brokerList(st *cmeta.State) []cmeta.Broker {
 	bs := st.Brokers()
 	sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
 	return bs
+}
+
+// segmentSource is the segment log of the partition replica of group held here, for the
+// transport's segment streams; nil when none is.
+func (n *clusterNode) segmentSource(group uint64) transport.SegmentSource {
+	if v, ok := n.segs.Load(group); ok {
+		return v.(*cpart.Partition).Log()
+	}
+	return nil
 }

@@ -38,7 +38,7 @@ func startClusterWith(t testing.TB, n int, mutate func(*Config)) *testCluster {
 	for i := 1; i <= n; i++ {
 		cfg := testConfig(t)
 		cfg.NodeID = uint32(i)
-		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret)}
+		cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret), ScrubBytesPerSecond: -1}
 		if mutate != nil {
 			mutate(&cfg)
 		}

@@ -39,6 +39,10 @@ type ClusterConfig struct {
 	// the cluster's from then on): each is a Raft group coordinating the consumer groups that
 	// hash to it (PROTOCOL.md section 16). Default 8.
 	OffsetsPartitions int
+	// ScrubBytesPerSecond is how fast this broker's replicas together read their sealed
+	// segments again to find damage and repair it from the other replicas
+	// (cluster/partition/scrub.go). 0: the default, 8 MiB/s; negative: no scrub.
+	ScrubBytesPerSecond int64
 }
 
 // Enabled reports whether cluster settings are given.

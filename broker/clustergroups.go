@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	coffsets "github.com/lightq/lightq/cluster/offsets"
 	"github.com/lightq/lightq/wire"
@@ -16,6 +18,60 @@ import (
 func (c *conn) coordinatesGroup(corr uint32, groupName string) bool {
 	_, _, ok := c.coordinates(corr, groupName)
 	return ok
+}
+
+// joinReplicated is JOIN_GROUP of a cluster member. A member may hold partitions only once
+// the group's offsets partition stores a session at least as long as its own (the longest
+// its group granted, coffsets.Store.SetSession), since that is how long a coordinator that
+// takes the group over withholds its partitions (takeOver): so a join asking for longer than
+// what is stored is answered after that session is, as a commit is (a majority fsynced it).
+// A session outside the broker's bounds is not stored: the join is refused as without a
+// cluster.
+func (c *conn) joinReplicated(corr uint32, t *topic, m *wire.JoinGroup) {
+	op, term, ok := c.coordinates(corr, m.Group)
+	if !ok {
+		return
+	}
+	guard := c.srv.cluster.guard(op, term)
+	gc := &c.srv.cfg.Groups
+	session := time.Duration(m.SessionTimeoutMs) * time.Millisecond
+	if session == 0 {
+		session = gc.SessionTimeout
+	}
+	ref := coffsets.GroupRef{Topic: t.name, Created: t.cluster.created.UnixMilli(), Group: m.Group}
+	if cur, ok := op.store.Session(ref); ok && cur >= session || session < gc.MinSessionTimeout || session > gc.MaxSessionTimeout {
+		c.joinGroup(corr, t, m, guard)
+		return
+	}
+	c.commitWaits++ // an owed answer the drain waits for
+	err := op.store.SetSession(term, ref, session, func(err error) {
+		c.complete(func(c *conn) {
+			c.commitWaits--
+			switch {
+			case c.closed():
+			case err != nil:
+				c.reply(corr, sessionAnswer(t.name, err), nil)
+			default:
+				c.joinGroup(corr, t, m, guard)
+			}
+		})
+	})
+	if err != nil {
+		c.commitWaits--
+		c.reply(corr, sessionAnswer(t.name, err), nil)
+	}
+}
+
+// sessionAnswer is the answer of a JOIN_GROUP whose group session could not be stored.
+func sessionAnswer(topic string, err error) error {
+	var le *coffsets.LimitError
+	switch {
+	case errors.Is(err, coffsets.ErrMaybeStored):
+		return answer(wire.CodeReplicationTimeout, "topic %q: the group's coordinator did not store the group's session timeout on a majority of its offsets replicas in time, or lost its leadership: join again", topic)
+	case errors.As(err, &le):
+		return answer(wire.CodeResourceLimit, "the group's offsets partition holds %d keys (committed offsets and group sessions), its limit: no new group can join there", le.Max)
+	}
+	return commitAnswer(topic, err)
 }
 
 // groupCommitReplicated is GROUP_COMMIT of a cluster member.

@@ -21,7 +21,18 @@ const (
 // every broker serves the topic and the cluster's offsets topic.
 func groupCluster(t testing.TB) *testCluster {
 	t.Helper()
-	tc := startCluster(t, 3)
+	return groupClusterWith(t, 0)
+}
+
+// groupClusterWith is groupCluster whose brokers grant session (when not 0) to members that
+// ask for none.
+func groupClusterWith(t testing.TB, session time.Duration) *testCluster {
+	t.Helper()
+	tc := startClusterWith(t, 3, func(cfg *Config) {
+		if session > 0 {
+			cfg.Groups.SessionTimeout = session
+		}
+	})
 	admin := login(t, tc.brokers[0].Addr(), testAdminUser, testAdminPass)
 	ct := wire.CreateTopic{Name: cgTopic, Kind: wire.KindDurable, Partitions: 4, User: cgUser, Password: cgPass,
 		Options: []wire.Option{{Key: wire.OptionReplicationFactor, Value: "3"}}}
@@ -238,10 +249,12 @@ func TestClusterGroupOneCoordinator(t *testing.T) {
 
 // TestClusterGroupCoordinatorFails: the coordinator's broker stops; another broker becomes
 // the coordinator, knows every committed offset and none of the members, who join it again
-// and go on from the committed offsets; the stopped broker, restarted, catches up and
-// answers NOT_COORDINATOR.
+// and are given nothing for the group's session timeout (and the margin of two election
+// timeouts), then go on from the committed offsets; the stopped broker, restarted, catches
+// up and answers NOT_COORDINATOR.
 func TestClusterGroupCoordinatorFails(t *testing.T) {
-	tc := groupCluster(t)
+	const session = 3 * time.Second
+	tc := groupClusterWith(t, session)
 	coord := tc.coordinator(cgGroup)
 	other := tc.others(coord)
 	a := tc.joinVia(other[0], memberA, coord)
@@ -257,7 +270,11 @@ func TestClusterGroupCoordinatorFails(t *testing.T) {
 	}
 	start := time.Now()
 	next := tc.coordinator(cgGroup)
+	ready := time.Now()
 	t.Logf("node %d coordinates the group %v after node %d stopped", next+1, time.Since(start).Round(time.Millisecond), coord+1)
+	if !tc.brokers[next].groups.Withheld(cgTopic, cgGroup) {
+		t.Fatal("the new coordinator does not withhold the group's partitions")
+	}
 	c := login(t, tc.brokers[next].Addr(), cgUser, cgPass)
 	for p := range uint32(4) {
 		if off := c.fetchCommitted(cgGroup, cgTopic, p); off != int64(10*(p+1)) {
@@ -271,7 +288,13 @@ func TestClusterGroupCoordinatorFails(t *testing.T) {
 	}
 	c.conn.Close()
 	a, b = tc.joinVia(other[0], memberA, next), tc.joinVia(other[1], memberB, next)
+	if len(a.owned)+len(b.owned) != 0 {
+		t.Fatalf("partitions given at once by the new coordinator: %v, %v", a.owned, b.owned)
+	}
 	holder := split(t, a, b)
+	if got := time.Since(ready); got < session {
+		t.Fatalf("the partitions were given %v after the new coordinator was ready, before the session timeout %v", got, session)
+	}
 	for p, m := range holder {
 		if off := m.c.fetchCommitted(cgGroup, cgTopic, p); off != int64(10*(p+1)) {
 			t.Fatalf("partition %d: %d committed", p, off)

@@ -66,7 +66,7 @@ func (n *clusterNode) openReplica(t *topic, p *partition, a cmeta.Partition) {
 		Sender: n.tr, Fsync: partitionFsync(ct.shape), Log: ct.shape.logOpts,
 		Producers: cpart.ProducerLimits{Expiry: s.cfg.ProducerExpiry, MaxProducers: s.cfg.MaxProducersPerPartition, Budget: s.producerBudget,
 			Label: fmt.Sprintf("partition %d of %s", p.id, t.name)},
-		OnCommit: p.wakeAll, Logf: p.logf,
+		OnCommit: p.wakeAll, Logf: p.logf, Segments: n.tr, Scrub: n.scrub,
 	}
 	if a.Moves == 0 {
 		cfg.Peers = a.Replicas
@@ -85,6 +85,7 @@ func (n *clusterNode) openReplica(t *topic, p *partition, a cmeta.Partition) {
 	p.dl.Store(d)
 	p.repl.broken.Store(false)
 	p.repl.part.Store(part)
+	n.segs.Store(a.Group, part)
 	n.router.Add(a.Group, part.Replica())
 }
 
@@ -97,6 +98,7 @@ func (n *clusterNode) closeReplica(t *topic, p *partition) {
 	rp.part.Store(nil)
 	rp.broken.Store(false)
 	n.router.Remove(rp.group)
+	n.segs.Delete(rp.group)
 	p.wakeAll() // waiting FETCHes find no replica and are answered NOT_LEADER
 	if err := part.Close(); err != nil {
 		n.log.Warn().Err(err).Str("topic", t.name).Uint32("partition", p.id).Msg("closing a replica moved off this broker")
@@ -152,7 +154,7 @@ func (n *clusterNode) syncOffsets(cur *offsetsTable, ct *cmeta.Topic) {
 		if next == nil {
 			next = &offsetsTable{created: cur.created, parts: slices.Clone(cur.parts)}
 		}
-		np := &offsetsPart{index: op.index, group: op.group, replicas: a.Replicas, store: op.store, failed: op.failed}
+		np := &offsetsPart{index: op.index, group: op.group, replicas: a.Replicas, store: op.store, failed: op.failed, take: op.take}
 		switch {
 		case want && !held && !op.failed:
 			n.log.Info().Int("offsets_partition", i).Uint64("group", a.Group).Msg("this broker gained a replica of the offsets partition: joining its group")
@@ -162,7 +164,7 @@ func (n *clusterNode) syncOffsets(cur *offsetsTable, ct *cmeta.Topic) {
 			if err := op.store.Close(); err != nil {
 				n.log.Warn().Err(err).Int("offsets_partition", i).Msg("closing an offsets replica moved off this broker")
 			}
-			np.store = nil
+			np.store, np.take = nil, nil
 			dir := offsetsDir(n.srv.cfg.DataDir, i)
 			if err := os.RemoveAll(dir); err != nil {
 				n.log.Error().Err(err).Str("dir", dir).Msg("could not remove the data of an offsets replica moved off this broker")

@@ -101,6 +101,10 @@ type conn struct {
 	iov       [][]byte
 	dhdr      [wire.HeaderSize + wire.DeliverHeaderSize]byte
 
+	// direct: the socket and the subscriptions' delivery state, lent to other loops between
+	// turns (direct.go); while lent, subs, their credit and cursors, and dhdr are theirs.
+	direct directState
+
 	wakePending atomic.Bool // a Wake is queued; set by any goroutine
 	stalled     atomic.Bool // waiting for the socket to drain; read by the ticker
 
@@ -173,6 +177,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 	lc := s.log.With().Str("remote", addr.String())
 	if peer != nil {
 		lc = lc.Str("listener", "tls")
+		gc = &pipeConn{Conn: gc, p: peer.sess.Pipe()} // its bytes go through the session's pipe
 	}
 	return &conn{
 		srv:          s,
@@ -219,6 +224,7 @@ func (c *conn) complete(fn func(*conn)) bool {
 // A FETCH response being sent (c.xfer) owns the socket: until its last byte is out, no other
 // byte is written, and input waits.
 func (c *conn) onTraffic() gnet.Action {
+	c.reclaim(true) // first: other loops stop writing, and their unsent tail goes out before anything
 	c.wakePending.Store(false)
 	c.turnStart = c.srv.metrics.now()
 	if c.saidGoodbye {
@@ -408,7 +414,16 @@ func (c *conn) readFrames() {
 			c.badStream(head, err)
 			return
 		}
-		if size == 0 || buffered < size {
+		if size == 0 {
+			return
+		}
+		if buffered < size {
+			// A large PRODUCE whose rest is already in the socket is read from there
+			// straight into the ring (produceDirect); anything else waits for gnet.
+			if size-buffered >= directReadMin && c.produceDirect(size) {
+				c.frameRead()
+				continue
+			}
 			return
 		}
 		if c.produceDirect(size) {
@@ -550,6 +565,8 @@ func (c *conn) setStalled(v bool) {
 
 // onClose drops the connection's subscriptions and publisher registrations.
 func (c *conn) onClose() {
+	// Before gnet closes the descriptor: no other loop writes to it after this.
+	c.reclaim(false)
 	// Before gnet closes the descriptor, whose number another connection may get at once;
 	// the watcher's lock is a leaf, so this is safe even under a ring slot's read lock.
 	c.srv.watcher.forget(c, c.gc.Fd())

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lightq/lightq/broker/group"
@@ -60,7 +61,16 @@ type offsetsPart struct {
 	group    uint64
 	replicas []uint64
 	store    *coffsets.Store
-	failed   bool // a replica is placed here but could not be opened (left for repair)
+	failed   bool      // a replica is placed here but could not be opened (left for repair)
+	take     *takeover // with store: shared by the offsetsParts of one replica (syncOffsets)
+}
+
+// takeover is how far this broker took over the groups of an offsets partition it leads:
+// the term whose withholds are installed (takeOver). mu serializes the installs; term is
+// read without it.
+type takeover struct {
+	mu   sync.Mutex
+	term atomic.Uint64
 }
 
 // offsetsPartition is the partition of an offsets topic of n partitions that group hashes to:
@@ -120,7 +130,7 @@ func (n *clusterNode) openOffsetsReplica(op *offsetsPart, a cmeta.Partition, cou
 		op.failed = true
 		return
 	}
-	op.store = st
+	op.store, op.take = st, &takeover{}
 	n.router.Add(a.Group, st.Replica())
 }
 
@@ -151,7 +161,8 @@ func (n *clusterNode) closeOffsets() {
 // offsets of deleted topics are purged.
 func (n *clusterNode) offsetsLeadership(i, count int) {
 	if tbl := n.offsets.Load(); tbl != nil && i < len(tbl.parts) && tbl.parts[i].store != nil {
-		if _, ready := tbl.parts[i].store.Leading(); ready {
+		if term, ready := tbl.parts[i].store.Leading(); ready {
+			n.takeOver(tbl.parts[i], term)
 			n.kickPurge()
 			return
 		}
@@ -159,6 +170,68 @@ func (n *clusterNode) offsetsLeadership(i, count int) {
 	moved := &group.Error{Kind: group.KindNotCoordinator,
 		Msg: fmt.Sprintf("this broker (node %d) no longer coordinates the group: FIND_COORDINATOR and join there", n.id)}
 	n.srv.groups.DropGroups(func(_, g string) bool { return offsetsPartition(g, count) == i }, moved)
+}
+
+// takeOver makes this broker, which leads offsets partition op ready in term, the
+// coordinator of the partition's groups in that term, once: every group with a stored
+// session (coffsets.Store.Sessions: the longest session timeout its members were granted,
+// stored before any was answered) is withheld (group.Coordinator.Withhold) for that session
+// and twice the partition's election timeout, since the previous coordinator's members,
+// unknown here, may still be processing partitions: a member stops within nine tenths of
+// its session after its coordinator's last answer (client/consumer_group.go), and that last
+// answer came before this broker was ready, give or take one election timeout (a leader cut
+// off from a majority steps down within two, check-quorum, while a new one is elected no
+// sooner than one after the cut). It reports whether the takeover is done for term (false:
+// the leadership moved meanwhile); coordinates serves no group request of the partition
+// before it is. Called from the replica's goroutine (offsetsLeadership) and from connection
+// loops (coordinates, for a replica whose leadership was reported before it was published).
+func (n *clusterNode) takeOver(op *offsetsPart, term uint64) bool {
+	tk := op.take
+	if tk.term.Load() == term {
+		return true
+	}
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if tk.term.Load() == term {
+		return true
+	}
+	type hold struct {
+		ref coffsets.GroupRef
+		d   time.Duration
+	}
+	var holds []hold
+	op.store.Sessions(func(ref coffsets.GroupRef, d time.Duration) { holds = append(holds, hold{ref, d}) })
+	topics := *n.srv.topics.Load()
+	margin := 2 * op.store.ElectionTimeout()
+	withheld := 0
+	for _, h := range holds {
+		if t := topics[h.ref.Topic]; t != nil && t.cluster != nil && t.cluster.created.UnixMilli() != h.ref.Created {
+			continue // a session of a deleted creation of the topic (purged soon)
+		}
+		n.srv.groups.Withhold(h.ref.Topic, h.ref.Group, h.d+margin)
+		withheld++
+	}
+	if cur, ready := op.store.Leading(); !ready || cur != term {
+		return false // what was withheld is harmless: a later takeover withholds again
+	}
+	tk.term.Store(term)
+	if withheld > 0 {
+		n.log.Info().Int("offsets_partition", op.index).Uint64("term", term).Int("groups", withheld).
+			Msg("coordinating the offsets partition's groups: their partitions are withheld for each group's longest session timeout")
+	}
+	return true
+}
+
+// guard is the group.JoinRequest and HeartbeatRequest Guard of a request coordinates took
+// for term of op: it refuses once this broker no longer leads op ready in term.
+func (n *clusterNode) guard(op *offsetsPart, term uint64) func() error {
+	return func() error {
+		if cur, ready := op.store.Leading(); ready && cur == term {
+			return nil
+		}
+		return &group.Error{Kind: group.KindNotCoordinator,
+			Msg: fmt.Sprintf("this broker (node %d) stopped coordinating the group while the request waited: FIND_COORDINATOR and join there", n.id)}
+	}
 }
 
 // kickPurge asks the node's goroutine to purge the offsets of deleted topics.
@@ -302,7 +375,7 @@ func (c *conn) coordinates(corr uint32, groupName string) (*offsetsPart, uint64,
 		msg += "no coordinator yet: the cluster's offsets topic is being created (it needs enough brokers up); retry in a moment"
 	case op.store != nil && leader == n.id:
 		term, ready := op.store.Leading()
-		if ready {
+		if ready && n.takeOver(op, term) {
 			return op, term, true
 		}
 		msg += fmt.Sprintf("this broker (node %d) is its new coordinator and is still applying what the previous one committed; retry in a moment", n.id)

@@ -60,14 +60,18 @@
 // workpool.Pool.mu, auth.Throttle.mu, auth.Verifier.mu, meta.Store.mu, group.Coordinator.mu
 // (it calls the waiters of held heartbeats, which take conn.mu, only after releasing it;
 // LIST_GROUPS reads the coordinator and then an offsetlog.Store, never both at once; a
-// cluster member's offsets replicas drop groups from it on their goroutines, holding
-// nothing), the lock of a cluster/offsets.Store (a leaf of its own: the loops read it,
-// its replica's goroutine writes it, and its answers are called after it is released),
+// cluster member's offsets replicas drop and withhold groups from it on their goroutines,
+// holding nothing but a partition's takeover.mu; under it only a cluster/offsets.Store's
+// read lock, by the JOIN_GROUP and HEARTBEAT guards), the lock of a cluster/offsets.Store
+// (a leaf: the loops read it, also under group.Coordinator.mu, its replica's goroutine
+// writes it, and its answers are called after it is released; takeOver holds an offsets
+// partition's takeover.mu, taken with no other lock held, while it takes these two),
 // loopStates.mu (a
 // connection's first look-up of its loop's scratch) and offsetlog.Store.mu (one per topic,
 // never held across I/O; commit callbacks run after it is released; the topic-to-store map
 // offsetStore.stores is copy-on-write, with no lock), and package tlsfront's locks (its
-// listener's, a session's raw connection's; OnClose takes the latter in Session.BrokerClosed,
+// listener's, a session's raw connection's and its pipe's two; the loop takes the pipe's in
+// pipeConn's methods, OnClose the raw connection's and the pipe's in Session.BrokerClosed,
 // maybe under a ring slot's read lock, and the TLS hooks take connsMu holding none of them).
 // groupTracker.mu (the consumer groups /metrics shows) is taken by scrapes and offset syncers
 // with no other lock held; under it only offsetlog.Store.mu. Inside package log, see its

@@ -66,11 +66,20 @@ func (c *conn) handleJoinGroup(corr uint32, body []byte) {
 		return
 	}
 	t := c.groupTopic(corr, wire.OpJoinGroup, m.Topic)
-	if t == nil || c.srv.cluster != nil && !c.coordinatesGroup(corr, m.Group) {
-		return
+	switch {
+	case t == nil:
+	case c.srv.cluster != nil:
+		c.joinReplicated(corr, t, &m)
+	default:
+		c.joinGroup(corr, t, &m, nil)
 	}
+}
+
+// joinGroup makes the member of m a member of its group at this broker's coordinator and
+// answers; guard is the request's group.JoinRequest.Guard (nil without a cluster).
+func (c *conn) joinGroup(corr uint32, t *topic, m *wire.JoinGroup, guard func() error) {
 	a := c.srv.groups.Join(group.JoinRequest{Topic: t.name, Group: m.Group, Member: m.Member, Partitions: len(t.parts),
-		Session: time.Duration(m.SessionTimeoutMs) * time.Millisecond, ClientID: m.ClientID, Addr: c.addr})
+		Session: time.Duration(m.SessionTimeoutMs) * time.Millisecond, ClientID: m.ClientID, Addr: c.addr, Guard: guard})
 	if a.Err == nil && t.deleted.Load() {
 		// Deleted while we joined, maybe after deleteTopic dropped the topic's groups.
 		c.srv.groups.DropTopic(t.name)
@@ -95,12 +104,20 @@ func (c *conn) handleHeartbeat(corr uint32, body []byte) {
 		return
 	}
 	t := c.groupTopic(corr, wire.OpHeartbeat, m.Topic)
-	if t == nil || c.srv.cluster != nil && !c.coordinatesGroup(corr, m.Group) {
+	if t == nil {
 		return
+	}
+	var guard func() error
+	if n := c.srv.cluster; n != nil {
+		op, term, ok := c.coordinates(corr, m.Group)
+		if !ok {
+			return
+		}
+		guard = n.guard(op, term)
 	}
 	hb := &heldBeat{}
 	a, park := c.srv.groups.Heartbeat(group.HeartbeatRequest{Topic: t.name, Group: m.Group, Member: m.Member, Generation: m.Generation,
-		MaxWait: time.Duration(m.MaxWaitMs) * time.Millisecond, Owned: m.Owned, Addr: c.addr},
+		MaxWait: time.Duration(m.MaxWaitMs) * time.Millisecond, Owned: m.Owned, Addr: c.addr, Guard: guard},
 		func(a group.Answer) {
 			c.complete(func(c *conn) {
 				c.dropPark(hb.park)

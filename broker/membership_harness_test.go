@@ -37,7 +37,7 @@ func (tc *testCluster) join(via int) *Server {
 	}
 	cfg := testConfig(t)
 	cfg.NodeID = uint32(id)
-	cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret), Join: true}
+	cfg.Cluster = ClusterConfig{Peers: peers, Secret: []byte(testClusterSecret), Join: true, ScrubBytesPerSecond: -1}
 	s := startWith(t, cfg)
 	tc.mu.Lock()
 	tc.cfgs = append(tc.cfgs, cfg)

@@ -26,6 +26,9 @@ var (
 	descCommitIndex   = prometheus.NewDesc("lightq_cluster_partition_commit_index", "The Raft commit index this broker's replica knows.", partLabels, nil)
 	descAppliedIndex  = prometheus.NewDesc("lightq_cluster_partition_applied_index", "The last Raft index this broker's replica applied.", partLabels, nil)
 	descHighWatermark = prometheus.NewDesc("lightq_cluster_partition_high_watermark", "The offset after the last committed batch this broker's replica applied (consumers of the leader read below it).", partLabels, nil)
+	descScrubbed      = prometheus.NewDesc("lightq_cluster_partition_scrubbed_bytes_total", "Bytes of sealed segments this broker's replica verified again (CRC, raft index, term) since it was opened.", partLabels, nil)
+	descDamaged       = prometheus.NewDesc("lightq_cluster_partition_damaged_batches_total", "Damaged batches this broker's replica found (by the scrub, or when raft read them) since it was opened.", partLabels, nil)
+	descRepairs       = prometheus.NewDesc("lightq_cluster_partition_repairs_total", "Times this broker's replica cut its log at a damaged batch to be filled again from the other replicas, since it was opened.", partLabels, nil)
 	descLeaderChanges = prometheus.NewDesc("lightq_cluster_partition_leader_changes_total", "Terms in which this broker's replica learned of a leader since it was opened (each election it saw won, the first included).", partLabels, nil)
 	descPending       = prometheus.NewDesc("lightq_cluster_partition_proposals_pending", "Batches this broker proposed as the partition's leader that are not committed or refused yet.", partLabels, nil)
 
@@ -47,7 +50,7 @@ var (
 	descPeerDialFailed = prometheus.NewDesc("lightq_cluster_peer_dial_failures_total", "Connections to the peer's cluster port that failed (dial or handshake).", peerLabels, nil)
 
 	clusterDescs = []*prometheus.Desc{descRaftTerm, descLeading, descLeaderNode, descCommitIndex, descAppliedIndex,
-		descHighWatermark, descLeaderChanges, descPending, descReplicaMatch, descReplicaLag, descReplicaActive,
+		descHighWatermark, descLeaderChanges, descScrubbed, descDamaged, descRepairs, descPending, descReplicaMatch, descReplicaLag, descReplicaActive,
 		descMetaTerm, descMetaLeader, descMetaCommit, descMetaApplied,
 		descPeerConnected, descPeerQueued, descPeerSent, descPeerSentBytes, descPeerDropped, descPeerDialFailed}
 )
@@ -107,6 +110,9 @@ func (c *stateCollector) collectCluster(ch chan<- prometheus.Metric, topics map[
 		gauge(descAppliedIndex, float64(st.Applied), t, id)
 		gauge(descHighWatermark, float64(st.HighWatermark), t, id)
 		counter(descLeaderChanges, float64(st.LeaderChanges), t, id)
+		counter(descScrubbed, float64(st.ScrubbedBytes), t, id)
+		counter(descDamaged, float64(st.DamagedBatches), t, id)
+		counter(descRepairs, float64(st.Repairs), t, id)
 		gauge(descPending, float64(st.Pending), t, id)
 		for _, r := range st.Replicas {
 			rid := strconv.FormatUint(r.ID, 10)

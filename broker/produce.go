@@ -91,11 +91,17 @@ func (c *conn) ringRefusal(corr uint32, t *topic, err error) {
 	}
 }
 
-// produceDirect stores the PRODUCE frame of size bytes at the head of the input, which gnet
-// holds whole, straight into its transient partition's ring: the batch is copied once, from
-// gnet's buffers into ring space, and checked there. Taking the frame with Peek instead would
-// copy it a first time whenever it spans gnet's buffers (a 128 KiB batch usually arrives in
-// more than one read), which was a third of the broker's CPU at 1 KiB messages.
+// produceDirect stores the PRODUCE frame of size bytes at the head of the input straight
+// into its transient partition's ring: the batch is copied once, from gnet's buffers into
+// ring space, and checked there. Taking the frame with Peek instead would copy it a first
+// time whenever it spans gnet's buffers (a 128 KiB batch usually arrives in more than one
+// read), which was a third of the broker's CPU at 1 KiB messages.
+//
+// gnet may hold only the frame's start (at least its headers): then, on a plaintext
+// connection whose socket already holds the rest (directread_linux.go), the rest is read
+// from the socket into the ring, and the only copy of those bytes is the kernel's. Without
+// them there it returns false and the frame waits for gnet's reads, which is also what the
+// caller does with an incomplete frame this returns false for.
 //
 // It returns false, having consumed nothing, for any frame the general path must answer:
 // not a PRODUCE a ready connection may send, a body or topic that is not right, a durable
@@ -140,6 +146,11 @@ func (c *conn) produceDirect(size int) bool {
 		batchLen > t.parts[0].ring.MaxBatch() {
 		return false
 	}
+	// Bytes of the frame still in the socket, not yet in gnet's buffers.
+	inSocket := size - c.gc.InboundBuffered()
+	if inSocket > 0 && (c.tls != nil || socketHolds(c.gc.Fd()) < inSocket) {
+		return false
+	}
 	// A batch with a producer id (magic 2) goes on here only if it is to be stored: a
 	// duplicate or a refusal is answered by the general path, without making room in the
 	// ring. The header is peeked before a partition is chosen, for the same reason as above.
@@ -177,11 +188,25 @@ func (c *conn) produceDirect(size int) bool {
 		c.sendError(corr, wire.CodeInternal, err.Error())
 		return true
 	}
-	if n, err := c.gc.Read(dst); err != nil || n != batchLen {
+	inGnet := batchLen - max(inSocket, 0)
+	if n, err := c.gc.Read(dst[:inGnet]); err != nil || n != inGnet {
 		p.ring.Abort()
-		c.discard(batchLen - n)
-		c.sendError(corr, wire.CodeInternal, fmt.Sprintf("read %d of %d buffered batch bytes", n, batchLen))
+		c.discard(inGnet - n)
+		c.sendError(corr, wire.CodeInternal, fmt.Sprintf("read %d of %d buffered batch bytes", n, inGnet))
+		if inSocket > 0 {
+			c.advance(connFailing) // the rest of the frame is still in the socket
+		}
 		return true
+	}
+	if inSocket > 0 {
+		if err := readSocket(c.gc.Fd(), dst[inGnet:]); err != nil {
+			// Part of the frame is consumed: the stream cannot go on.
+			p.ring.Abort()
+			c.log.Warn().Err(err).Int("bytes", inSocket).Msg("closing: reading a batch's rest from the socket failed")
+			c.sendError(corr, wire.CodeInternal, "reading the batch from the socket: "+err.Error())
+			c.advance(connFailing)
+			return true
+		}
 	}
 	bt, err := wire.ParseBatch(dst, c.srv.cfg.Limits.MaxBatch)
 	if err == nil {
@@ -228,15 +253,15 @@ func (t *topic) partitionFor(id int32) *partition {
 	return t.parts[id]
 }
 
-// producedTransient counts a batch stored in a transient partition, wakes its subscribers
-// and acknowledges it.
+// producedTransient counts a batch stored in a transient partition, delivers it to idle
+// subscribers or wakes their loops (direct.go), and acknowledges it.
 func (c *conn) producedTransient(corr uint32, t *topic, p *partition, acks wire.Acks, size int, count uint32, first uint64) {
 	t.stats.msgsIn.Add(uint64(count))
 	t.stats.bytesIn.Add(uint64(size))
 	t.stats.batchesIn.Add(1)
 	c.srv.metrics.countIn(p, count, size)
 	c.notePublisher(t)
-	p.wakeAll()
+	p.deliverOrWake()
 	if acks != wire.AcksNone {
 		c.srv.metrics.acked(ackTransient, c.turnStart)
 		resp := wire.ProduceResponse{Partition: p.id, BaseOffset: int64(first)}

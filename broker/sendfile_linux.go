@@ -36,6 +36,14 @@ func (c *conn) pumpTransfer() xferState {
 	if x.prefetch {
 		return xferWaiting // a worker is reading the range into the page cache
 	}
+	if c.tls != nil {
+		// Its bytes are encrypted on their way (the session's Pipe): copy them, from the page
+		// cache as sendfile would, so a cold chunk does not block the loop either.
+		if !x.warm && !c.warmUp(x) {
+			return xferWaiting
+		}
+		return c.pumpTransferCopy()
+	}
 	sock := c.gc.Fd()
 	if c.gc.OutboundBuffered() > 0 {
 		_ = c.gc.Flush() // returns nil even when it failed and closed the connection: check closed()

@@ -399,6 +399,19 @@ func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
 func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	c := newConn(s, gc)
 	gc.SetContext(c)
+	if c.tls == nil {
+		return s.open(c)
+	}
+	c.tls.sess.Pipe().Attach(c.wake, s.cfg.HighWaterMark)
+	out, act := s.open(c)
+	if len(out) > 0 { // a TLS connection's output goes through its pipe, not the socket pair
+		_, _ = c.gc.Write(out)
+	}
+	return nil, act
+}
+
+// open is OnOpen's admission: what to send and whether to close.
+func (s *Server) open(c *conn) ([]byte, gnet.Action) {
 	if s.stopping.Load() {
 		return wire.AppendFrame(nil, wire.OpError, 0, 0, errorBody(wire.CodeShuttingDown, "broker is shutting down")), gnet.Close
 	}
@@ -461,9 +474,15 @@ func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
+	if c.tls != nil {
+		return c.tlsTraffic()
+	}
 	act := c.onTraffic()
 	if act == gnet.None && !c.closed() {
 		act = c.enforceTimeouts() // read and idle timeouts, judged after the turn read its input
+	}
+	if act == gnet.None {
+		c.lend() // other loops may deliver to its idle socket until the next turn (direct.go)
 	}
 	return act
 }

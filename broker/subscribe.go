@@ -249,14 +249,7 @@ func (c *conn) writeDeliver(s *subscription, cur *cursor, batch []byte, count ui
 	// closed() after, and afterWrite finishes the close.
 	_, _ = c.gc.Writev(c.iov)
 	c.iov[1] = nil // do not keep the ring memory reachable from here
-	s.credit -= int64(len(batch))
-	st := &s.topic.stats
-	st.msgsOut.Add(uint64(count))
-	st.bytesOut.Add(uint64(len(batch)))
-	if dropped > 0 {
-		st.dropped.Add(dropped)
-	}
-	c.srv.metrics.countOut(cur.part, uint64(count), len(batch), dropped)
+	c.countDelivered(s, cur, count, len(batch), dropped)
 }
 
 // hasDeliverable reports whether a subscription could still be sent something now.

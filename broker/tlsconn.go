@@ -14,8 +14,9 @@ import (
 
 // This file joins the TLS front (package tlsfront) to the broker: a TLS session's place under
 // the connection caps, its enrollment in the event loops, the principal of a verified client
-// certificate, and certificate reloads. Over the socket pair a TLS connection is an ordinary
-// connection: the protocol code, sendfile included, does not know the difference.
+// certificate, and certificate reloads. Through its pipeConn a TLS connection is an ordinary
+// connection to the protocol code; only a FETCH response is copied instead of sent with
+// sendfile (pumpTransfer), as its bytes must be encrypted.
 
 // tlsPeer is the broker's side of one TLS session, from its admission before the handshake
 // to the end of its goroutines. It rides into OnOpen in the gnet context of the enrolled
@@ -29,6 +30,55 @@ type tlsPeer struct {
 	// OnOpen and OnClose). done: the session's goroutines ended (Hooks.Release).
 	opened, done bool
 }
+
+// pipeConn is the gnet.Conn a TLS connection's protocol code sees: gnet's conn for the
+// enrolled end of the session's socket pair, whose loop, wake, context and close it keeps,
+// with the input and output methods the broker uses served by the session's Pipe instead, in
+// memory (tlsfront/pipe.go). The other I/O methods (Next, ReadFrom, WriteTo, AsyncWrite,
+// SendTo, ...) would reach the socket pair, which nobody reads: the broker does not call them.
+// Every method is the loop's, as gnet's conn methods are.
+type pipeConn struct {
+	gnet.Conn
+	p *tlsfront.Pipe
+}
+
+func (pc *pipeConn) InboundBuffered() int           { return pc.p.InboundBuffered() }
+func (pc *pipeConn) Peek(n int) ([]byte, error)     { return pc.p.Peek(n) }
+func (pc *pipeConn) Discard(n int) (int, error)     { return pc.p.Discard(n), nil }
+func (pc *pipeConn) Read(b []byte) (int, error)     { return pc.p.Read(b), nil }
+func (pc *pipeConn) Write(b []byte) (int, error)    { return pc.p.Write(b), nil }
+func (pc *pipeConn) Writev(b [][]byte) (int, error) { return pc.p.Writev(b), nil }
+func (pc *pipeConn) Flush() error                   { return nil }
+func (pc *pipeConn) OutboundBuffered() int          { return pc.p.OutboundBuffered() }
+
+// tlsTraffic is OnTraffic for a TLS connection. Its input ends when the client's side of the
+// session does (Pipe.InputEnded): the connection then closes once a turn that began after the
+// end took what it could, as gnet closes a plaintext connection at EOF after a last
+// OnTraffic, dropping input the broker could not take. On the loop.
+func (c *conn) tlsTraffic() gnet.Action {
+	p := c.tls.sess.Pipe()
+	c.wakePending.Store(false) // before looking: an end recorded after this wakes the loop again
+	ended := p.InputEnded()
+	before := c.gc.InboundBuffered()
+	p.BeginTurn()
+	act := c.onTraffic()
+	if act == gnet.None && !c.closed() {
+		act = c.enforceTimeouts()
+	}
+	p.EndTurn()
+	if act != gnet.None || c.closed() || !ended {
+		return act
+	}
+	if left := c.gc.InboundBuffered(); left > 0 && left < before {
+		c.wakeNow() // it is still taking input: one more turn
+		return gnet.None
+	}
+	return gnet.Close
+}
+
+// tlsInputSlack is what a TLS session's inbox holds beyond the largest frame before the
+// session stops reading the client (tlsfront.Config.InputLimit).
+const tlsInputSlack = 256 << 10
 
 // tlsDescriptors is what a TLS connection costs in file descriptors: the client's TCP socket,
 // the session's end of the socket pair and the end the event loop serves.
@@ -71,6 +121,7 @@ func (s *Server) startTLS() error {
 		HandshakeTimeout: s.cfg.TLS.HandshakeTimeout,
 		ReadTimeout:      s.cfg.ReadTimeout,
 		Linger:           s.cfg.ShutdownDrain,
+		InputLimit:       s.cfg.Limits.MaxFrame + tlsInputSlack,
 		Log:              s.log,
 	}, s.tlsStore, tlsfront.Hooks{Admit: s.admitTLS, Enroll: s.enrollTLS, Release: s.releaseTLS})
 	if err != nil {

@@ -327,7 +327,13 @@ func (k *Consumer) memberRetry(c *Conn, err error, backoff *time.Duration) bool 
 	}
 	k.report(err)
 	*backoff = min(max(2**backoff, 50*time.Millisecond), 2*time.Second)
-	t := time.NewTimer(*backoff)
+	wait := *backoff
+	if d := k.member.deadline(); !d.IsZero() {
+		// Never past the local session deadline: the loss must be declared there (the
+		// caller's next try finds the session expired), not a backoff later.
+		wait = max(min(wait, time.Until(d)), 0)
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-k.member.ctx.Done():
@@ -349,7 +355,7 @@ func (k *Consumer) checkCoordinator(c *Conn) (moved, unreachable bool) {
 	if ok, _ := hc.Connected(); ok {
 		return false, false
 	}
-	ctx, cancel := context.WithTimeout(k.member.ctx, c.opts.RequestTimeout)
+	ctx, cancel := k.member.answerContext(c.opts.RequestTimeout) // not past the session deadline
 	defer cancel()
 	moved, err := c.refreshCoordinator(ctx, k.opts.Group)
 	if moved && err == nil {
@@ -371,7 +377,7 @@ func (k *Consumer) coordinatorMoved(c, via *Conn, err error) bool {
 	case !errors.Is(err, ErrConnectionLost):
 		return false
 	}
-	ctx, cancel := context.WithTimeout(k.member.ctx, c.opts.RequestTimeout)
+	ctx, cancel := k.member.answerContext(c.opts.RequestTimeout) // not past the session deadline
 	defer cancel()
 	moved, ferr := c.refreshCoordinator(ctx, k.opts.Group)
 	return moved && ferr == nil

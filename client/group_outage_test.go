@@ -129,3 +129,65 @@ func TestGroupMemberSilentBrokerDropsAtSessionEnd(t *testing.T) {
 		<-joins // and the member joins again
 	})
 }
+
+// TestGroupMemberRefusedHeartbeatsDropAtSessionEnd: a coordinator that refuses every
+// HEARTBEAT with a retryable code (INTERNAL) makes the member back off between tries, but
+// the backoff never carries it past its local session deadline: its partition is dropped as
+// lost at 900 ms of a 1 s session (the backoff alone would have taken it to 1.55 s).
+func TestGroupMemberRefusedHeartbeatsDropAtSessionEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := startPipeFake(t)
+		fb.AddDurable("events", func(*wire.Fetch) []byte { return (&wire.FetchResponse{HighWatermark: 0}).AppendTo(nil) })
+		stop := make(chan struct{})
+		t.Cleanup(func() { close(stop) })
+		joins := make(chan struct{}, 8)
+		fb.set(func(fb *fakeBroker) {
+			fb.opHook = func(fc *fakeConn, h wire.Header, body []byte) bool {
+				switch h.Op {
+				case wire.OpJoinGroup:
+					joins <- struct{}{}
+					r := wire.JoinGroupResponse{Generation: 1, SessionTimeoutMs: 1000, HeartbeatIntervalMs: 333, Partitions: []uint32{0}}
+					fc.reply(h.Op, h.Corr, r.AppendTo(nil))
+				case wire.OpFetchCommitted:
+					fc.reply(h.Op, h.Corr, (&wire.OffsetResponse{Offset: 0}).AppendTo(nil))
+				case wire.OpLeaveGroup:
+					fc.reply(h.Op, h.Corr, nil)
+				case wire.OpHeartbeat:
+					fc.fail(h.Corr, wire.CodeInternal, "the coordinator cannot answer")
+				case wire.OpFetch:
+					// A long poll answered from its own goroutine, so that the fake reads on
+					// (a pipe's writer waits for its reader).
+					var m wire.Fetch
+					if err := m.Decode(body); err != nil {
+						return false
+					}
+					go func() {
+						select {
+						case <-time.After(time.Duration(m.MaxWaitMs) * time.Millisecond):
+							fc.reply(h.Op, h.Corr, (&wire.FetchResponse{HighWatermark: 0}).AppendTo(nil))
+						case <-stop:
+						}
+					}()
+				default:
+					return false
+				}
+				return true
+			}
+		})
+		c := dialPipe(t, fb)
+		revoked := make(chan bool, 8)
+		start := time.Now()
+		k, err := c.NewConsumer(testCtx(t), client.ConsumerOptions{Topic: "events", Group: "g", AutoCommit: -1,
+			OnRevoke: func(_ []int32, lost bool) map[int32]int64 { revoked <- lost; return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Close() })
+		<-joins
+		lost := <-revoked
+		if took := time.Since(start); !lost || took < 900*time.Millisecond || took > 950*time.Millisecond {
+			t.Fatalf("partition dropped (lost %v) %v after the join; want lost at the local deadline, 900 ms", lost, took)
+		}
+		<-joins
+	})
+}

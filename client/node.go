@@ -329,6 +329,9 @@ func (n *node) writeVectored(v *net.Buffers) error {
 			return err
 		}
 	}
+	if tc, ok := n.wl.nc.(*tlsConn); ok {
+		return tc.writeBuffers(v) // in full records, with one write (tlsgather.go)
+	}
 	_, err := v.WriteTo(n.wl.nc)
 	return err
 }

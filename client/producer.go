@@ -49,7 +49,8 @@ type ProducerOptions struct {
 	BatchBytes int
 	// Linger is how long a batch may wait for more messages before it is sent. Default 1ms;
 	// a negative value sends a batch as soon as an in-flight slot is free (messages sent
-	// meanwhile still join it).
+	// meanwhile still join it): Send writes it itself while few batches are in flight, for
+	// the lowest latency.
 	Linger time.Duration
 	// MaxInFlight is the number of batches sealed and not yet acknowledged, over all
 	// partitions: the producer's memory bound (about MaxInFlight x BatchBytes, plus one open
@@ -372,7 +373,9 @@ func (p *Producer) Partitions() int { return p.nparts }
 // the producer or its Conn is closed, or the message is invalid (over Limits().MaxMessage
 // gives a *wire.Error with wire.CodeMessageTooLarge). Otherwise cb, if not nil, is called
 // exactly once with the message's outcome: its Ack, or a *ProduceError. Send does not
-// allocate.
+// allocate. A full batch that finds an in-flight slot free, and with a negative Linger any
+// batch while few are in flight, is written by Send itself, so Send may wait for the socket
+// (bounded by Options.RequestTimeout), as the flusher would.
 func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) error {
 	size := len(m.Key) + len(m.Value)
 	for _, h := range m.Headers {
@@ -433,9 +436,16 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 			b.cbs = append(b.cbs, cb)
 			full := b.b.Size() >= p.batchBytes
 			switch {
-			case full && (tokens == part || p.tryTokens(part)):
+			case (full || p.linger == 0 && len(p.sem) < lingerOffDirect) && (tokens == part || p.tryTokens(part)):
 				// Seal a full batch here rather than waking the flusher for it: the
-				// flusher would only contend for p.mu with the next Send.
+				// flusher would only contend for p.mu with the next Send. With linger
+				// off, a batch is due at once: writing it here, on the caller's
+				// goroutine, saves the hand-off to the flusher (a goroutine wake-up,
+				// often a thread's, before the write) on every message's path. That
+				// makes every message its own batch, so only while few batches are in
+				// flight: past lingerOffDirect the broker (or the network) is behind,
+				// and the flusher seals the batch when it runs, with whatever joined it
+				// meanwhile, as before.
 				p.seal(part, flushNow)
 				tokens = -1
 			case full, opening && (p.linger == 0 || p.timerDue.IsZero()):
@@ -462,6 +472,12 @@ func (p *Producer) Send(ctx context.Context, m *Message, cb func(Ack, error)) er
 		tokens = part
 	}
 }
+
+// lingerOffDirect: with linger off, Send writes a batch itself while fewer batches than this
+// are in flight (all partitions); from there on the flusher seals them, so that batches grow
+// with a backlog instead of every message becoming a batch, which would only add work (and
+// ring slots: a transient ring holds 1024 batches by default) where there is no time to spare.
+const lingerOffDirect = 4
 
 // tryTokens takes an in-flight slot and one of partition part's, if both are free.
 func (p *Producer) tryTokens(part int) bool {

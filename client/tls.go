@@ -97,7 +97,8 @@ func dialTLS(ctx context.Context, addr string, o *TLSOptions) (net.Conn, error) 
 		return nil, fmt.Errorf("lightq: dial %s: %w", addr, err)
 	}
 	rec := &firstBytes{Conn: nc}
-	tc := tls.Client(rec, cfg)
+	g := &gatherConn{Conn: rec}
+	tc := newTLSConn(g, g, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		nc.Close()
 		return nil, explainTLS(addr, err, rec)

@@ -128,6 +128,10 @@ type Log struct {
 	snapBuf        []byte
 	producerStates atomic.Int64
 
+	// damagedTail is what Open cut from the active segment at a damaged batch followed by
+	// valid ones (CutDamage), from the damaged batch on; nil when none. Set by Open only.
+	damagedTail []byte
+
 	start   atomic.Int64
 	next    atomic.Int64
 	durable atomic.Int64

@@ -322,6 +322,12 @@ func (l *Log) recoverActive(base int64, cp checkpoint, haveCP bool, now int64) (
 	return s, nil
 }
 
+// DamagedTail is what Open cut from the active segment at a damaged batch that valid
+// batches followed (Options.CutDamage: not a torn write), from the damaged batch on, or nil:
+// a replica counts the entries it held there (it may have acknowledged them). Set at Open;
+// the caller must not modify it. Safe for concurrent use.
+func (l *Log) DamagedTail() []byte { return l.damagedTail }
+
 // readBatch reads and validates the batch at pos, reusing buf. size is the batch's length
 // when it could at least be framed (length field within limits and within the file), else 0.
 // head is scratch of wire.BatchHeaderSize bytes.
@@ -416,6 +422,7 @@ func (l *Log) cutTail(s *segment, pos, end int64, why error, validAfter bool) er
 	note := ""
 	if validAfter {
 		note = " (valid batches after it were never confirmed durable)"
+		l.damagedTail = tail
 	}
 	l.opts.Logf("log %s: torn tail in %s at byte %d (offset %d): %v; cut %d bytes%s, saved to %s",
 		l.dir, s.path, pos, s.next, why, end-pos, note, broken)

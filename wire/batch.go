@@ -3,8 +3,9 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"math"
+
+	"github.com/lightq/lightq/internal/crc32c"
 )
 
 // Record batch layouts (big-endian). NEVER CHANGE these constants: they are the wire format
@@ -133,10 +134,10 @@ func ParseCodec(s string) (Codec, error) {
 	return 0, fmt.Errorf("unknown compression codec %q (want none, s2 or zstd)", s)
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Checksum is the CRC-32C of b, the checksum used by record batches.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+// Checksum is the CRC-32C of b, the checksum used by record batches. It is internal/crc32c's,
+// which folds with VPCLMULQDQ where the CPU has it: the same checksum, a few times faster than
+// hash/crc32 on a batch.
+func Checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // BatchChecksum is the CRC-32C that the batch b, of either magic, must carry at bytes 12-15:
 // of bytes 16 to the end for magic 1, of bytes 16-19, 24-63 and 72 to the end for magic 2
@@ -145,9 +146,9 @@ func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // byte is not checked otherwise.
 func BatchChecksum(b []byte) uint32 {
 	if len(b) >= BatchHeaderSize2 && b[batchMagicOffset] == BatchMagic2 {
-		c := crc32.Checksum(b[batchCRCStart:batchLeaderEpochPos], castagnoli)
-		c = crc32.Update(c, castagnoli, b[batchCRCResume:batchRaftIndexPos])
-		return crc32.Update(c, castagnoli, b[BatchHeaderSize2:])
+		c := crc32c.Checksum(b[batchCRCStart:batchLeaderEpochPos])
+		c = crc32c.Update(c, b[batchCRCResume:batchRaftIndexPos])
+		return crc32c.Update(c, b[BatchHeaderSize2:])
 	}
 	return Checksum(b[batchCRCStart:])
 }

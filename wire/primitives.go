@@ -192,9 +192,27 @@ func (r *Reader) Rest() []byte {
 
 // Uvarint reads a minimal LEB128 varint. Over-long encodings are rejected so that every value
 // has exactly one encoding, which keeps decode-then-encode an identity.
+//
+// A one-byte varint, most of a record's (small lengths and deltas), is decoded here, small
+// enough to be inlined into the record decoders; uvarint takes the rest and every error.
 func (r *Reader) Uvarint(what string) uint64 {
+	if off := r.off; uint(off) < uint(len(r.buf)) && r.buf[off] < 0x80 && r.err == nil {
+		r.off = off + 1
+		return uint64(r.buf[off])
+	}
+	return r.uvarint(what)
+}
+
+// uvarint is Uvarint's general case: two bytes (a 1 KiB value's length) without the loop.
+func (r *Reader) uvarint(what string) uint64 {
 	if r.err != nil {
 		return 0
+	}
+	if r.off+1 < len(r.buf) {
+		if b0, b1 := r.buf[r.off], r.buf[r.off+1]; b0 >= 0x80 && b1 < 0x80 && b1 != 0 {
+			r.off += 2
+			return uint64(b0&0x7f) | uint64(b1)<<7
+		}
 	}
 	var v uint64
 	for i, shift := 0, uint(0); i < binary.MaxVarintLen64; i, shift = i+1, shift+7 {

@@ -104,7 +104,8 @@ type Coordinator struct {
 
 	mu       sync.Mutex
 	groups   map[key]*group
-	members  int // in all groups
+	withheld map[key]time.Time // groups whose partitions nobody gets before then (Withhold)
+	members  int               // in all groups
 	lastGen  uint32
 	joins    uint64 // join order
 	stopping bool
@@ -122,6 +123,7 @@ type group struct {
 	target   []*member // per partition: who should have it
 	holder   []*member // per partition: who may process it
 	acquired []uint32  // per partition: the generation in which its holder got it
+	until    time.Time // while set, no partition gets a holder (Withhold); cleared by its timer
 }
 
 // member is one member of a group. Under Coordinator.mu.
@@ -144,7 +146,7 @@ type member struct {
 
 // New returns a coordinator. cfg must be valid (Config.Validate).
 func New(cfg Config) *Coordinator {
-	c := &Coordinator{cfg: cfg, now: cfg.Now, groups: map[key]*group{}}
+	c := &Coordinator{cfg: cfg, now: cfg.Now, groups: map[key]*group{}, withheld: map[key]time.Time{}}
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -175,6 +177,12 @@ type JoinRequest struct {
 	Session      time.Duration // 0: Config.SessionTimeout
 	ClientID     string
 	Addr         string
+	// Guard, if set, is called under the coordinator's mutex before anything is done; an
+	// error it returns is the answer. A cluster member checks there that it still leads the
+	// group's offsets partition in the term it checked before: a broker's leadership is lost
+	// before DropGroups (which takes the mutex) runs, so no answer that gives partitions
+	// leaves a coordinator after it lost the group.
+	Guard func() error
 }
 
 // Join makes req.Member a member of the group (again, when it is one: then it releases
@@ -197,6 +205,11 @@ func (c *Coordinator) Join(req JoinRequest) Answer {
 		c.mu.Unlock()
 		deliver(ds)
 	}()
+	if req.Guard != nil {
+		if err := req.Guard(); err != nil {
+			return Answer{Err: err}
+		}
+	}
 	now := c.now()
 	k := key{req.Topic, req.Group}
 	g := c.groups[k]
@@ -211,7 +224,7 @@ func (c *Coordinator) Join(req JoinRequest) Answer {
 			return Answer{Err: refuse(KindLimit, "the broker has %d consumer groups with members, its limit", c.cfg.MaxGroups)}
 		}
 		g = &group{key: k, members: map[wire.MemberID]*member{}, target: make([]*member, req.Partitions),
-			holder: make([]*member, req.Partitions), acquired: make([]uint32, req.Partitions)}
+			holder: make([]*member, req.Partitions), acquired: make([]uint32, req.Partitions), until: c.withheld[k]}
 	}
 	m := g.members[req.Member]
 	changed := false
@@ -255,6 +268,7 @@ type HeartbeatRequest struct {
 	MaxWait      time.Duration
 	Owned        []uint32 // ascending
 	Addr         string
+	Guard        func() error // as JoinRequest's
 }
 
 // Heartbeat keeps the member alive and takes its releases. It answers at once (park nil),
@@ -269,6 +283,11 @@ func (c *Coordinator) Heartbeat(req HeartbeatRequest, w Waiter) (Answer, *Parked
 		c.mu.Unlock()
 		deliver(ds)
 	}()
+	if req.Guard != nil {
+		if err := req.Guard(); err != nil {
+			return Answer{Err: err}, nil
+		}
+	}
 	now := c.now()
 	g := c.groups[key{req.Topic, req.Group}]
 	var m *member
@@ -377,6 +396,55 @@ func (c *Coordinator) HasMembers(topic, name string) bool {
 	return c.groups[key{topic, name}] != nil
 }
 
+// Withhold gives no partition of group (topic, name) to anyone for d from now, though
+// members may join and heartbeat meanwhile; then the partitions go to their targets at once
+// (held heartbeats answered). A cluster member calls it for each group it takes over as the
+// new coordinator of its offsets partition, for the group's longest session timeout (and a
+// margin): members of the previous coordinator that have not heard of the move stop
+// processing within their session, and not before the last of them has are the partitions
+// given again. A second call extends the wait to the later end; DropGroups and DropTopic end
+// it early (the group is no longer coordinated here).
+func (c *Coordinator) Withhold(topic, name string, d time.Duration) {
+	k := key{topic, name}
+	c.mu.Lock()
+	until := c.now().Add(d)
+	if cur, ok := c.withheld[k]; ok && !cur.Before(until) {
+		c.mu.Unlock()
+		return
+	}
+	c.withheld[k] = until
+	if g := c.groups[k]; g != nil {
+		g.until = until
+	}
+	c.mu.Unlock()
+	time.AfterFunc(d, func() { c.release(k, until) })
+}
+
+// release ends the Withhold of k that lasts until until, unless a later one replaced it or
+// it was dropped: the group's partitions go to their targets.
+func (c *Coordinator) release(k key, until time.Time) {
+	c.mu.Lock()
+	var ds []delivery
+	if cur, ok := c.withheld[k]; ok && cur.Equal(until) {
+		delete(c.withheld, k)
+	}
+	if g := c.groups[k]; g != nil && g.until.Equal(until) {
+		g.until = time.Time{}
+		ds = c.settle(g, false, c.now())
+	}
+	c.rearm()
+	c.mu.Unlock()
+	deliver(ds)
+}
+
+// Withheld reports whether group (topic, name)'s partitions are withheld now (Withhold).
+func (c *Coordinator) Withheld(topic, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.withheld[key{topic, name}]
+	return ok
+}
+
 // DropTopic forgets every group of a deleted topic; held heartbeats are answered
 // KindTopicDeleted.
 func (c *Coordinator) DropTopic(topic string) {
@@ -385,6 +453,11 @@ func (c *Coordinator) DropTopic(topic string) {
 	for k, g := range c.groups {
 		if k.topic == topic {
 			ds = append(ds, c.dropGroup(g, refuse(KindTopicDeleted, "topic %q was deleted", topic))...)
+		}
+	}
+	for k := range c.withheld {
+		if k.topic == topic {
+			delete(c.withheld, k)
 		}
 	}
 	c.rearm()
@@ -402,6 +475,11 @@ func (c *Coordinator) DropGroups(match func(topic, group string) bool, err error
 	for k, g := range c.groups {
 		if match(k.topic, k.group) {
 			ds = append(ds, c.dropGroup(g, err)...)
+		}
+	}
+	for k := range c.withheld {
+		if match(k.topic, k.group) {
+			delete(c.withheld, k)
 		}
 	}
 	c.rearm()
@@ -506,7 +584,7 @@ func (c *Coordinator) answer(m *member, now time.Time) delivery {
 func (c *Coordinator) settle(g *group, changed bool, now time.Time) []delivery {
 	var gen uint32
 	for p, h := range g.holder {
-		if h == nil && g.target[p] != nil {
+		if h == nil && g.target[p] != nil && g.until.IsZero() {
 			if gen == 0 {
 				gen = c.nextGen()
 			}

@@ -21,6 +21,13 @@
 //     which it got the partition; every hand-over draws a new generation, so each
 //     (partition, generation) has at most one member whose commits are accepted.
 //
+// A group may be withheld (Withhold): for a while no partition gets a holder, though members
+// join and heartbeat. A cluster member withholds the groups it takes over as a new
+// coordinator, for as long as the previous coordinator's members may still process their
+// partitions (their session timeout), since it does not know who they are. A request may
+// carry a Guard, checked under the mutex, that refuses it when the broker no longer
+// coordinates the group.
+//
 // Generations come from one counter for the whole coordinator, so they never repeat while
 // the broker runs, even for a group that lost its last member and was forgotten.
 //

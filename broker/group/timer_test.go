@@ -1,6 +1,7 @@
 package group
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -79,6 +80,79 @@ func TestTimerCountsSessionFromClose(t *testing.T) {
 		}
 		if got := time.Since(closed); got < 3*time.Second || got > 3*time.Second+10*time.Millisecond {
 			t.Fatalf("removed %v after the close, want the session timeout, 3s", got)
+		}
+	})
+}
+
+// TestWithholdGivesNothingUntilItEnds: members of a withheld group join and heartbeat but
+// are given no partition until the withhold ends, exactly then (their held heartbeats
+// answered at that instant); a later Withhold extends it, a shorter one does not shorten it.
+func TestWithholdGivesNothingUntilItEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		co := newTimed(t, 3*time.Second)
+		start := time.Now()
+		co.Withhold(testTopic, testGroup, 4*time.Second)
+		co.Withhold(testTopic, testGroup, time.Second) // ends before: no effect
+		a, b := join(t, co, 1, 4), join(t, co, 2, 4)
+		if len(a.owned)+len(b.owned) != 0 || !co.Withheld(testTopic, testGroup) {
+			t.Fatalf("withheld group: a owns %v, b %v", a.owned, b.owned)
+		}
+		if err := a.commit(0); !errors.Is(err, &Error{Kind: KindFenced}) {
+			t.Fatalf("a commit while withheld: %v", err)
+		}
+		time.Sleep(2 * time.Second)
+		co.Withhold(testTopic, testGroup, 3*time.Second) // now ends at 5 s
+		got := make(chan time.Duration, 2)
+		for _, m := range []*client{a, b} {
+			go func() {
+				for len(m.owned) == 0 {
+					ch, _ := m.park(time.Minute)
+					ans := <-ch
+					if ans.Err != nil {
+						t.Error(ans.Err)
+						return
+					}
+					m.apply(ans)
+				}
+				got <- time.Since(start)
+			}()
+		}
+		for range 2 {
+			if d := <-got; d != 5*time.Second {
+				t.Fatalf("partitions given %v after the start, want at the withhold's end, 5s", d)
+			}
+		}
+		if len(a.owned)+len(b.owned) != 4 || co.Withheld(testTopic, testGroup) {
+			t.Fatalf("a owns %v, b %v; want all 4", a.owned, b.owned)
+		}
+	})
+}
+
+// TestWithholdEndsWithDrop: DropGroups ends a withhold: the group coordinated here again
+// later starts without it. A Guard's refusal is the answer of a join and of a heartbeat.
+func TestWithholdEndsWithDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		co := newTimed(t, 3*time.Second)
+		co.Withhold(testTopic, testGroup, time.Hour)
+		moved := &Error{Kind: KindNotCoordinator, Msg: "moved"}
+		co.DropGroups(func(string, string) bool { return true }, moved)
+		if co.Withheld(testTopic, testGroup) {
+			t.Fatal("still withheld after DropGroups")
+		}
+		a := join(t, co, 1, 2)
+		if len(a.owned) != 2 {
+			t.Fatalf("a owns %v after the drop, want both", a.owned)
+		}
+		guard := func() error { return moved }
+		if ans := co.Join(JoinRequest{Topic: testTopic, Group: testGroup, Member: mid(2), Partitions: 2, Guard: guard}); !errors.Is(ans.Err, moved) {
+			t.Fatalf("a guarded join: %+v", ans)
+		}
+		ans, park := co.Heartbeat(HeartbeatRequest{Topic: testTopic, Group: testGroup, Member: a.id, Generation: a.gen, MaxWait: time.Minute, Owned: a.owned, Guard: guard}, nil)
+		if park != nil || !errors.Is(ans.Err, moved) {
+			t.Fatalf("a guarded heartbeat: %+v, held %v", ans, park != nil)
+		}
+		if d := co.Describe(testTopic, testGroup); len(d.Members) != 1 {
+			t.Fatalf("a refused join added a member: %+v", d)
 		}
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -28,7 +27,10 @@ type Config struct {
 	// Linger bounds a session after the broker closed its side: its last output is sent and
 	// the client given the chance to close first within it.
 	Linger time.Duration
-	Log    zerolog.Logger
+	// InputLimit is how much of a session's plaintext input may wait for the broker (its
+	// Pipe's inbox) before the session stops reading the client: at least the largest frame.
+	InputLimit int
+	Log        zerolog.Logger
 }
 
 // Hooks connect a Listener to the broker. Each is called from the session's goroutine.
@@ -39,7 +41,9 @@ type Hooks struct {
 	// too many refusals are being told already, the connection is closed at once.
 	Admit func(remote net.Addr) (tag any, refusal *wire.Error)
 	// Enroll hands the broker its end of an established session's socket pair and returns
-	// once the broker opened it, or why it could not.
+	// once the broker opened it, or why it could not. The pair carries no bytes: the
+	// plaintext goes through s.Pipe(), which the broker must Attach in its OnOpen, and the
+	// broker tells the session of its close with s.BrokerClosed.
 	Enroll func(s *Session, broker net.Conn) error
 	// Release is called once for every admitted connection when its session is over.
 	Release func(s *Session)
@@ -137,7 +141,7 @@ func (l *Listener) accepted(nc net.Conn) {
 		}
 		return
 	}
-	s := &Session{Remote: nc.RemoteAddr(), Tag: tag, l: l}
+	s := &Session{Remote: nc.RemoteAddr(), Tag: tag, l: l, pipe: newPipe(l.cfg.InputLimit)}
 	raw, err := newRawConn(nc, l.cfg.ReadTimeout)
 	if err != nil {
 		nc.Close()
@@ -190,10 +194,7 @@ func (l *Listener) serve(s *Session) {
 	brokerEnd, plain, err := socketPair()
 	if err == nil {
 		s.plain = plain
-		s.plainRC, err = plain.(syscall.Conn).SyscallConn()
-		if err == nil {
-			err = l.hooks.Enroll(s, brokerEnd)
-		}
+		err = l.hooks.Enroll(s, brokerEnd)
 		if err != nil {
 			plain.Close()
 		}
@@ -320,6 +321,7 @@ func (l *Listener) Close(grace time.Duration) {
 	l.mu.Lock()
 	for s := range l.live {
 		_ = s.raw.Close()
+		s.pipe.close() // down stops waiting for output
 		if s.plain != nil {
 			_ = s.plain.Close()
 		}

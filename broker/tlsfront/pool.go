@@ -9,12 +9,12 @@ import (
 // errEOF is io.EOF; rawConn returns it when the client closed its side.
 var errEOF = io.EOF
 
-// Buffers are pooled by power-of-two size class, from 16 KiB to 1 MiB, so that an idle
-// session holds none: a session takes one only once its socket has data and gives it back
-// once the data is passed on.
+// Buffers are pooled by power-of-two size class, from 16 KiB to 2 MiB (a Pipe's inbox holds
+// a whole frame), so that an idle session holds none: a session takes one only once its
+// socket has data and gives it back once the data is passed on.
 const (
 	minClass = 14 // 16 KiB
-	maxClass = 20 // 1 MiB
+	maxClass = 21 // 2 MiB
 )
 
 var pools [maxClass - minClass + 1]sync.Pool
@@ -24,7 +24,7 @@ func class(n int) int {
 	return min(max(c, minClass), maxClass)
 }
 
-// getBuf returns a buffer of at least n bytes (at most 1 MiB) of its class's full size.
+// getBuf returns a buffer of at least n bytes (at most 2 MiB) of its class's full size.
 func getBuf(n int) *[]byte {
 	c := class(n)
 	if b, ok := pools[c-minClass].Get().(*[]byte); ok {
@@ -32,6 +32,16 @@ func getBuf(n int) *[]byte {
 	}
 	b := make([]byte, 1<<c)
 	return &b
+}
+
+// getBufAtLeast is getBuf for any n: past 2 MiB it allocates one of n bytes, which putBuf
+// then drops.
+func getBufAtLeast(n int) *[]byte {
+	if n > 1<<maxClass {
+		b := make([]byte, n)
+		return &b
+	}
+	return getBuf(n)
 }
 
 // putBuf returns a buffer from getBuf; a buffer of another capacity is dropped.

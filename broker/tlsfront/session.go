@@ -8,32 +8,32 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Buffer sizes of a session's two pumps, pooled (pool.go). Up (client to broker): the
-// plaintext of the records that arrived together, passed to the broker with one write.
-// Down (broker to client): one read of what the broker queued, encrypted into records of 16
-// KiB and sent with one write.
+// plaintext of the records that arrived together, passed to the broker's inbox at once (pipe.go).
+// Down (broker to client): what the broker queued, encrypted downRead bytes at a time into
+// records of 16 KiB, each downRead's records sent with one write.
 const (
 	upBufferSize   = 64 << 10
 	downBufferSize = 128 << 10
 	maxRecordPlain = 16 << 10 // the most plaintext one TLS record carries (RFC 8446 5.1)
-	// downRead is how much down reads at once: its records, with their headers and tags,
-	// then fit a coalescing buffer of downBufferSize too.
+	// downRead is how much down encrypts at once: its records, with their headers and tags,
+	// then fit a coalescing buffer of downBufferSize.
 	downRead = downBufferSize - 4<<10
 )
 
-// pairBuffer is the socket buffer size of each end of a session's socket pair, as the TCP
-// sockets of the plaintext port (gnet.WithSocketSendBuffer in broker/server.go).
-const pairBuffer = 1 << 20
+// pairBuffer is the socket buffer size of each end of a session's socket pair. The pair
+// carries no plaintext (the Pipe does), only the connection's life: small buffers do.
+const pairBuffer = 4 << 10
 
 // Session is one TLS connection: its handshake, then two pumps between the tls.Conn and the
-// socket the broker enrolled (see the package doc). Its exported fields are set before the
-// broker sees it (Hooks.Enroll) and not changed after.
+// broker's event loop, through a Pipe; the broker enrolls one end of a socket pair to give the
+// connection a place in its loops (see the package doc). Its exported fields are set before
+// the broker sees it (Hooks.Enroll) and not changed after.
 type Session struct {
 	Remote net.Addr // the client's TCP address
 	Tag    any      // what Hooks.Admit returned for it
@@ -42,25 +42,24 @@ type Session struct {
 	// Version and CipherSuite are what the handshake negotiated (crypto/tls constants).
 	Version, CipherSuite uint16
 
-	l       *Listener
-	raw     *rawConn
-	tc      *tls.Conn
-	plain   net.Conn // the session's end of the socket pair; the broker enrolled the other end
-	plainRC syscall.RawConn
-	// down's read of plain: the callback, made once, and its results (down's goroutine only).
-	plainFn  func(fd uintptr) bool
-	plainBuf *[]byte
-	plainN   int
-	plainErr error
+	l     *Listener
+	raw   *rawConn
+	tc    *tls.Conn
+	pipe  *Pipe
+	plain net.Conn // the session's end of the socket pair; the broker enrolled the other end
 
-	brokerGone atomic.Bool // the broker closed its end (BrokerClosed, or EOF on plain)
+	brokerGone atomic.Bool // the broker closed its end (BrokerClosed)
 }
 
-// BrokerClosed tells the session that the broker closed its end of the socket pair: what the
-// broker queued before is still sent, and the TLS connection is closed within the linger time
-// even if the client reads nothing and sends nothing. Safe from any goroutine; idempotent.
+// Pipe is the session's plaintext, for the broker's loop: see Pipe for who may call what.
+func (s *Session) Pipe() *Pipe { return s.pipe }
+
+// BrokerClosed tells the session that the broker closed the connection: what the broker
+// queued before is still sent, and the TLS connection is closed within the linger time even
+// if the client reads nothing and sends nothing. Safe from any goroutine; idempotent.
 func (s *Session) BrokerClosed() {
 	if s.brokerGone.CompareAndSwap(false, true) {
+		s.pipe.close()
 		s.raw.linger(time.Now().Add(s.l.cfg.Linger))
 	}
 }
@@ -71,19 +70,21 @@ func (s *Session) pump() string {
 	go func() { downDone <- s.down() }()
 	why := s.up()
 	// The client's side is done (or the linger time after the broker's close is over): the
-	// broker sees EOF, and whatever down was sending is cut.
-	_ = s.plain.Close()
-	_ = s.tc.Close()
+	// broker takes what arrived and closes the connection (Pipe.InputEnded), after which down
+	// sends what it queued, within the linger time.
+	s.pipe.endInput()
 	if d := <-downDone; d != "" && why == "" {
 		why = d
 	}
+	_ = s.plain.Close()
+	_ = s.tc.Close()
 	return why
 }
 
 // up copies the client's plaintext to the broker until the client's side ends. It takes a
 // buffer only once input arrived, and decrypts every whole record that arrived with it before
-// it writes to the broker (reads with raw.noBlock end with errWouldBlock when crypto/tls
-// needs bytes that have not arrived). Once the broker has closed its end it keeps reading and
+// it passes them on (reads with raw.noBlock end with errWouldBlock when crypto/tls needs
+// bytes that have not arrived). Once the broker has closed its end it keeps reading and
 // discarding, so that the connection is not reset with input unread (which would drop the
 // broker's last answers), until the client closes or the linger time runs out.
 func (s *Session) up() string {
@@ -111,10 +112,8 @@ func (s *Session) up() string {
 			continue
 		}
 		s.raw.pause()
-		if n > 0 && !s.brokerGone.Load() {
-			if _, werr := s.plain.Write((*buf)[:n]); werr != nil {
-				s.BrokerClosed()
-			}
+		if n > 0 {
+			s.pipe.push((*buf)[:n]) // waits while the broker has a frame's worth unread
 		}
 		putBuf(buf)
 		if err != nil {
@@ -140,78 +139,33 @@ func (s *Session) readEnded(err error) string {
 	return "read: " + err.Error()
 }
 
-// down copies what the broker writes to the client: a pooled buffer taken once the broker's
-// output is there, one tls.Conn.Write of it, its records sent with one write. At the broker's
-// EOF it sends TLS close_notify and shuts down the TCP write side; up then waits for the client
-// to close.
+// down sends what the broker writes to the client: it takes the broker's output a chunk of
+// up to downRead bytes at a time (Pipe.take), encrypts it and sends its records with one
+// write. Once the broker closed and everything is sent, it sends TLS close_notify and
+// shuts down the TCP write side; up then waits for the client to close. A failed write
+// closes the TCP connection, so that up ends too.
 func (s *Session) down() string {
 	for {
-		buf, n, err := s.readPlain()
-		if n > 0 {
-			s.raw.coalesce(n)
-			_, werr := s.tc.Write((*buf)[:n])
-			if ferr := s.raw.flush(); werr == nil {
-				werr = ferr
-			}
-			putBuf(buf)
-			if werr != nil {
-				if s.brokerGone.Load() || errors.Is(werr, net.ErrClosed) {
-					return "" // the linger ran out, or up closed the connection
-				}
-				return "write: " + werr.Error()
-			}
-			continue
-		}
-		if errors.Is(err, io.EOF) {
-			s.BrokerClosed()
+		buf, n := s.pipe.take()
+		if buf == nil {
 			_ = s.tc.CloseWrite()
+			return ""
 		}
-		return ""
-	}
-}
-
-// readPlain waits for the broker's output and reads it into a pooled buffer taken only once
-// there is some. It returns n > 0 with a buffer to put back, or an error (io.EOF: the broker
-// closed its end).
-func (s *Session) readPlain() (*[]byte, int, error) {
-	if s.plainFn == nil {
-		s.plainFn = s.readPlainSocket
-	}
-	err := s.plainRC.Read(s.plainFn)
-	buf, n, rerr := s.plainBuf, s.plainN, s.plainErr
-	s.plainBuf, s.plainErr = nil, nil
-	if err == nil && rerr == nil && n > 0 {
-		return buf, n, nil
-	}
-	if buf != nil {
+		s.raw.coalesce(n)
+		_, werr := s.tc.Write((*buf)[:n])
+		if ferr := s.raw.flush(); werr == nil {
+			werr = ferr
+		}
+		s.pipe.sent(n)
 		putBuf(buf)
-	}
-	switch {
-	case err != nil:
-		return nil, 0, err
-	case rerr != nil:
-		return nil, 0, rerr
-	}
-	return nil, 0, io.EOF
-}
-
-// readPlainSocket is readPlain's syscall.RawConn.Read callback.
-func (s *Session) readPlainSocket(fd uintptr) bool {
-	if s.plainBuf == nil {
-		s.plainBuf = getBuf(downBufferSize)
-	}
-	for {
-		s.plainN, s.plainErr = unix.Read(int(fd), (*s.plainBuf)[:downRead])
-		if s.plainErr != unix.EINTR {
-			break
+		if werr != nil {
+			_ = s.raw.Close()
+			if s.brokerGone.Load() || errors.Is(werr, net.ErrClosed) {
+				return "" // the linger ran out, or up closed the connection
+			}
+			return "write: " + werr.Error()
 		}
 	}
-	if s.plainErr == unix.EAGAIN {
-		putBuf(s.plainBuf)
-		s.plainBuf = nil
-		return false
-	}
-	return true
 }
 
 // socketPair returns two connected stream sockets: the broker enrolls the first in its event

@@ -17,8 +17,8 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// echoFront is a Listener whose "broker" echoes every byte back, or hands the broker end to
-// a test's function.
+// echoFront is a Listener whose "broker" echoes every byte back, or hands the session's
+// plaintext to a test's function.
 type echoFront struct {
 	l        *Listener
 	pool     *x509.CertPool
@@ -27,7 +27,51 @@ type echoFront struct {
 	released int
 }
 
-func startFront(t testing.TB, serve func(s *Session, broker net.Conn)) *echoFront {
+// loopConn plays the broker's event loop for one session: Read, Write and Close over the
+// session's Pipe, called from one goroutine as the loop would call them.
+type loopConn struct {
+	s     *Session
+	wakes chan struct{}
+}
+
+const testHighWater = 1 << 20
+
+func newLoopConn(s *Session) *loopConn {
+	c := &loopConn{s: s, wakes: make(chan struct{}, 1)}
+	s.Pipe().Attach(func() { signal(c.wakes) }, testHighWater)
+	return c
+}
+
+// Read waits for input and takes what is pending; io.EOF once the client's side ended.
+func (c *loopConn) Read(b []byte) (int, error) {
+	p := c.s.Pipe()
+	for {
+		if n := p.Read(b); n > 0 {
+			return n, nil
+		}
+		if p.InputEnded() && p.InboundBuffered() == 0 {
+			return 0, io.EOF
+		}
+		<-c.wakes
+	}
+}
+
+// Write queues b, first waiting while the output is at the high-water mark.
+func (c *loopConn) Write(b []byte) (int, error) {
+	p := c.s.Pipe()
+	for p.OutboundBuffered() >= testHighWater {
+		<-c.wakes
+	}
+	return p.Write(b), nil
+}
+
+// Close is the broker closing the connection (OnClose).
+func (c *loopConn) Close() error {
+	c.s.BrokerClosed()
+	return nil
+}
+
+func startFront(t testing.TB, serve func(s *Session, broker *loopConn)) *echoFront {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := certgen.NewCA("front test CA", time.Hour)
@@ -43,29 +87,20 @@ func startFront(t testing.TB, serve func(s *Session, broker net.Conn)) *echoFron
 		t.Fatal(err)
 	}
 	if serve == nil {
-		serve = func(_ *Session, b net.Conn) { _, _ = io.Copy(b, b); b.Close() }
+		serve = func(_ *Session, b *loopConn) { _, _ = io.Copy(b, b); b.Close() }
 	}
 	e := &echoFront{pool: x509.NewCertPool()}
 	e.pool.AddCert(ca.Cert)
-	e.l, err = Listen(Config{Addr: "127.0.0.1:0", HandshakeTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, Linger: time.Second, Log: zerolog.Nop()}, store, Hooks{
+	e.l, err = Listen(Config{Addr: "127.0.0.1:0", HandshakeTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, Linger: time.Second, InputLimit: 1 << 20, Log: zerolog.Nop()}, store, Hooks{
 		Admit: func(net.Addr) (any, *wire.Error) {
 			e.mu.Lock()
 			e.admitted++
 			e.mu.Unlock()
 			return nil, nil
 		},
-		Enroll: func(s *Session, broker net.Conn) error {
-			// The Listener closes its copy once Enroll returns, as gnet keeps a dup.
-			f, err := broker.(*net.UnixConn).File()
-			if err != nil {
-				return err
-			}
-			dup, err := net.FileConn(f)
-			f.Close()
-			if err != nil {
-				return err
-			}
-			go serve(s, dup)
+		Enroll: func(s *Session, _ net.Conn) error {
+			lc := newLoopConn(s) // attached before the session pumps, as in OnOpen
+			go serve(s, lc)
 			return nil
 		},
 		Release: func(*Session) {
@@ -175,7 +210,7 @@ func TestSessionRequestWithFinished(t *testing.T) {
 // TestSessionLingersAfterBrokerClose: what the broker writes before it closes reaches the
 // client, which then sees EOF; and the session ends even if the client never closes.
 func TestSessionLingersAfterBrokerClose(t *testing.T) {
-	e := startFront(t, func(_ *Session, b net.Conn) {
+	e := startFront(t, func(_ *Session, b *loopConn) {
 		_, _ = b.Write(bytes.Repeat([]byte("bye "), 100_000))
 		b.Close()
 	})
@@ -203,7 +238,7 @@ func TestSessionLingersAfterBrokerClose(t *testing.T) {
 
 // BenchmarkTLS measures a client uploading (a producer) and downloading (a consumer) 64 KiB
 // writes over TLS: straight from or into a server tls.Conn (direct), and through a Session and
-// the socket pair a broker reads and writes (session). The difference is what the bridge costs
+// the Pipe a broker reads and writes (session). The difference is what the bridge costs
 // beyond TLS itself.
 func BenchmarkTLS(b *testing.B) {
 	for _, dir := range []string{"upload", "download"} {
@@ -217,7 +252,7 @@ func benchTLS(b *testing.B, upload, viaSession bool) {
 	chunk := make([]byte, 64<<10)
 	// The server side: drain what the client uploads, or send downloads until the client
 	// closes.
-	serve := func(c net.Conn) {
+	serve := func(c io.ReadWriteCloser) {
 		if upload {
 			_, _ = io.Copy(io.Discard, c)
 		} else {
@@ -232,7 +267,7 @@ func benchTLS(b *testing.B, upload, viaSession bool) {
 	var addr string
 	var pool *x509.CertPool
 	if viaSession {
-		e := startFront(b, func(_ *Session, c net.Conn) { serve(c) })
+		e := startFront(b, func(_ *Session, c *loopConn) { serve(c) })
 		addr, pool = e.l.Addr().String(), e.pool
 	} else {
 		dir := b.TempDir()

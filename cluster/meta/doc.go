@@ -52,11 +52,12 @@
 //
 // The log is a raftlog.Storage (SyncEachAppend: a command is durable on a quorum when it is
 // committed). Every Config.SnapshotEvery applied commands, and at every membership change,
-// the member writes the whole state to its snapshot file (snapfile.go; temporary file, fsync, rename, directory fsync) and
-// removes the log's whole segments behind it. raftlog's own snapshots name a log offset for a
-// partition; this package keeps its state beside the log instead (storage.go wraps the
-// raftlog.Storage): Snapshot returns the state snapshot, and a snapshot from the leader is
-// saved, the log emptied, the state installed. At Open the member starts from its snapshot
+// the member writes the whole state to its snapshot file and removes the log's whole segments
+// behind it. raftlog's own snapshots name a log offset for a partition; this package keeps
+// its state beside the log instead (cluster/smlog, shared with cluster/offsets, wraps the
+// raftlog.Storage and writes the file: temporary file, fsync, rename, directory fsync):
+// Snapshot returns the state snapshot, and a snapshot from the leader is saved, the log
+// emptied, the state installed. At Open the member starts from its snapshot
 // file and raft replays the committed entries after it; a member too far behind (restarted
 // late, or new) receives the leader's snapshot and the entries after it.
 //

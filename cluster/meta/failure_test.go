@@ -96,7 +96,7 @@ func TestLateMemberCatchesUpFromSnapshot(t *testing.T) {
 	// Its snapshot file is the leader's: it restarts from it.
 	c.stop(late)
 	c.start(late)
-	if got := c.members[late].st.State(); got.Index() < c.members[late].st.stor.snap.Metadata.Index || got.UserCount() < 3 {
+	if got := c.members[late].st.State(); got.Index() < c.members[late].st.stor.Latest().Index || got.UserCount() < 3 {
 		t.Fatalf("restarted at index %d with %d users", got.Index(), got.UserCount())
 	}
 	c.users(late, "back", 2)

@@ -57,25 +57,3 @@ func FuzzSnapshot(f *testing.F) {
 		}
 	})
 }
-
-// FuzzSnapshotFile: the snapshot file's decoder, likewise.
-func FuzzSnapshotFile(f *testing.F) {
-	good, err := appendSnapFile(nil, sampleSnap(f))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		snap, _, err := decodeSnapFile(b)
-		if err != nil {
-			return
-		}
-		again, err := appendSnapFile(nil, snap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := decodeSnapFile(again); err != nil {
-			t.Fatalf("re-encoded file does not decode: %v", err)
-		}
-	})
-}

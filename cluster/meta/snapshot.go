@@ -2,17 +2,19 @@ package meta
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/lightq/lightq/cluster/smlog"
 	"github.com/lightq/lightq/wire"
 )
 
 // State snapshot: the whole metadata as of one index, what raft sends a member that is too far
-// behind (raftpb.Snapshot.Data) and what the snapshot file keeps (snapfile.go). Big-endian;
+// behind (raftpb.Snapshot.Data) and what the snapshot file keeps (snapFormat, below). Big-endian;
 // str is u16 length + bytes, bytes u32 length + bytes:
 //
 //	0 magic "LQMS" | 4 version u8 = 2 | 5 reserved [3] zero | 8 crc32c u32 of bytes 12.. |
@@ -45,6 +47,28 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// SnapshotFileName is the snapshot file in the store's directory: the latest raft snapshot
+// of the metadata, which this member restarts from and sends to members too far behind
+// (cluster/smlog has its layout and how it is kept with the log).
+const SnapshotFileName = "meta.snap"
+
+// ErrCorrupt wraps the errors of a store directory that cannot be trusted: a damaged snapshot
+// file, or a log that was compacted past the snapshot file it needs.
+var ErrCorrupt = errors.New("meta: corrupt metadata store")
+
+// snapFormat is the metadata's snapshot file. NEVER CHANGE its name or magic: it is on disk.
+var snapFormat = smlog.Format[*State]{
+	Name: "meta", FileName: SnapshotFileName, Magic: "LQMF", MaxState: MaxSnapshot,
+	Corrupt: ErrCorrupt, Malformed: ErrMalformed, Empty: emptyState,
+	Decode: func(b []byte) (*State, uint64, error) {
+		st, err := decodeState(b)
+		if err != nil {
+			return nil, 0, err
+		}
+		return st, st.index, nil
+	},
+}
 
 // appendState appends the snapshot encoding of s to dst.
 func appendState(dst []byte, s *State) []byte {

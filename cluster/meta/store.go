@@ -6,17 +6,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/lightq/lightq/cluster/raftlog"
 	"github.com/lightq/lightq/cluster/replica"
-	qlog "github.com/lightq/lightq/log"
+	"github.com/lightq/lightq/cluster/smlog"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -50,7 +47,7 @@ type Config struct {
 }
 
 // LogDirName is the directory of the Raft log inside Config.Dir.
-const LogDirName = "log"
+const LogDirName = smlog.LogDirName
 
 var (
 	// ErrOutcomeUnknown: Propose stopped waiting (its context ended, or the store closed)
@@ -75,7 +72,7 @@ var (
 type Store struct {
 	cfg  Config
 	logf func(string, ...any)
-	stor *storage
+	stor *smlog.Storage[*State]
 	rep  *replica.Replica
 
 	state atomic.Pointer[State]
@@ -130,36 +127,16 @@ func Open(cfg Config) (*Store, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
-	snap, st, ok, err := readSnapFile(cfg.Dir)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		st = emptyState()
-	}
-	logDir := filepath.Join(cfg.Dir, LogDirName)
-	rl, err := raftlog.Open(logDir, raftlog.Options{
-		SyncEachAppend: true,
-		// Retention removes every whole segment behind the snapshot (EnforceRetention is
-		// called with the snapshot's index only).
-		Log: qlog.Options{SegmentBytes: cfg.SegmentBytes, RetentionBytes: 1, Logf: logf},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
 	s := &Store{cfg: cfg, logf: logf, done: make(chan struct{}), waiters: map[[16]byte]chan outcome{}, changed: make(chan struct{})}
-	s.stor = &storage{Storage: rl, dir: cfg.Dir, snap: snap, install: s.install, confChanged: s.confChanged}
-	applied, err := s.stor.recover()
+	stor, st, applied, err := smlog.Open(&snapFormat, cfg.Dir, smlog.Options[*State]{
+		SegmentBytes: cfg.SegmentBytes, Logf: logf, Install: s.install, ConfChanged: s.confChanged})
 	if err != nil {
-		rl.Close()
 		return nil, err
 	}
+	s.stor = stor
 	s.state.Store(st)
 	s.replayed = make(chan struct{})
-	if hs, _, err := rl.InitialState(); err == nil && hs.Commit > applied {
+	if hs, _, err := stor.InitialState(); err == nil && hs.Commit > applied {
 		s.replayTo = hs.Commit
 	} else {
 		close(s.replayed)
@@ -169,10 +146,10 @@ func Open(cfg Config) (*Store, error) {
 		ID: cfg.NodeID, Group: Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		Advanced:         s.advanced,
-		ForwardProposals: true, Join: cfg.Join, LostCommit: rl.LostCommit(), Logger: raftLogger{logf},
+		ForwardProposals: true, Join: cfg.Join, LostCommit: stor.LostCommit(), Logger: replica.LogfLogger{Logf: logf, Verbose: true},
 	})
 	if err != nil {
-		rl.Close()
+		stor.Close()
 		return nil, fmt.Errorf("meta: %w", err)
 	}
 	s.rep = rep
@@ -429,11 +406,7 @@ func (s *Store) apply(e raftpb.Entry) {
 // snapshot tries again.
 func (s *Store) snapshot(st *State, e raftpb.Entry) {
 	s.scratch = appendState(s.scratch[:0], st)
-	// The membership as of e: the replica saves each membership change when it applies it,
-	// in log order, so the saved one is e's.
-	snap := raftpb.Snapshot{Data: bytes.Clone(s.scratch), Metadata: raftpb.SnapshotMetadata{
-		Index: e.Index, Term: e.Term, ConfState: s.stor.State().ConfState}}
-	if err := s.stor.save(snap); err != nil {
+	if err := s.stor.Save(e.Index, e.Term, s.scratch); err != nil {
 		s.logf("meta: snapshot at %d: %v", e.Index, err)
 		return
 	}
@@ -443,9 +416,9 @@ func (s *Store) snapshot(st *State, e raftpb.Entry) {
 	}
 }
 
-// confChanged is storage.confChanged: the membership change at index was applied. The state
+// confChanged is smlog.Options.ConfChanged: the membership change at index was applied. The state
 // moves to that index (nothing else changes) and is snapshot there, so that a member the
-// change added can be sent a snapshot that holds it (see storage.SetConfState).
+// change added can be sent a snapshot that holds it (see smlog.Storage.SetConfState).
 func (s *Store) confChanged(index uint64) {
 	cur := s.state.Load()
 	if index <= cur.index || s.Err() != nil {
@@ -462,7 +435,7 @@ func (s *Store) confChanged(index uint64) {
 	s.snapshot(st, raftpb.Entry{Index: index, Term: term})
 }
 
-// install is storage.install: the state of a snapshot from the leader.
+// install is smlog.Options.Install: the state of a snapshot from the leader.
 func (s *Store) install(st *State) {
 	s.installed.Add(1) // before the state shows it
 	s.publish(st)
@@ -498,19 +471,3 @@ func (s *Store) stall(err error) {
 		ch <- outcome{Result{}, err}
 	}
 }
-
-// raftLogger passes raft's reports but its debug lines to Logf.
-type raftLogger struct{ logf func(string, ...any) }
-
-func (l raftLogger) Debug(...any)                {}
-func (l raftLogger) Debugf(string, ...any)       {}
-func (l raftLogger) Info(v ...any)               { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Infof(f string, v ...any)    { l.logf("raft: "+f, v...) }
-func (l raftLogger) Warning(v ...any)            { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Warningf(f string, v ...any) { l.logf("raft: "+f, v...) }
-func (l raftLogger) Error(v ...any)              { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Errorf(f string, v ...any)   { l.logf("raft: "+f, v...) }
-func (l raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
-func (l raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }

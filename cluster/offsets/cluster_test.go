@@ -234,11 +234,27 @@ func TestFailoverKeepsCommits(t *testing.T) {
 		}
 	}
 	c.commit(key(0), 200)
+	// A group session is replicated as a commit is, and kept by a new leader.
+	ref := GroupRef{Topic: "orders", Created: 1, Group: "billing"}
+	done := make(chan error, 1)
+	if err := l.st.SetSession(term, ref, 2500*time.Millisecond+1, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := l.st.Session(ref); !ok || d != 2501*time.Millisecond {
+		t.Fatalf("session %v, %v; want 2.501s (rounded up)", d, ok)
+	}
 	c.start(old.id)
 	c.converged(key(0), 200)
 	if n := c.members[old.id].st.Len(); n != 20 {
 		t.Fatalf("the restarted replica holds %d keys", n)
 	}
+	c.waitUntil("the restarted replica to hold the session", func() bool {
+		d, ok := c.members[old.id].st.Session(ref)
+		return ok && d == 2501*time.Millisecond
+	})
 }
 
 // TestIsolatedLeaderCannotCommit: a leader cut off from the others cannot answer a commit

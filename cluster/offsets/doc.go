@@ -28,7 +28,7 @@
 //
 // Once the entries applied since the last snapshot add up to Config.SnapshotBytes and to
 // twice the state's size, the replica writes the whole state to its snapshot file
-// (snapfile.go, written as cluster/meta writes its own) and removes the log's whole segments
+// (cluster/smlog keeps it with the log, as for cluster/meta) and removes the log's whole segments
 // behind it; so disk use is bounded by a few times the state plus a segment, and each snapshot
 // is paid for by at least as many bytes of commits as it writes. At Open the replica starts
 // from its snapshot file and raft replays the committed entries after it; a replica too far

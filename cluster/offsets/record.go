@@ -16,18 +16,26 @@ import (
 //	version u8 = 1 | kind u8 |
 //	kind 1, commit:     topic str | created i64 | group str | partition u32 | offset i64
 //	kind 2, drop topic: topic str | created i64
+//	kind 3, session:    topic str | created i64 | group str | session u32 (ms, at least 1)
 //
 // created is the topic's creation time (Unix ms, as the cluster's metadata has it), so that a
 // topic deleted and created again under its name starts without the old one's offsets. A
 // commit stores offset for (topic, created, group, partition), replacing what was there; a
-// drop removes every offset of (topic, created). Every record has one encoding. NEVER CHANGE
+// drop removes every offset and session of (topic, created); a session stores the longest
+// session timeout the group's members were granted (the coordinator proposes it before it
+// answers a JOIN_GROUP asking for longer; a coordinator taking the group over withholds its
+// partitions that long, broker/coordinator.go): the stored session becomes the larger of the
+// two, never smaller, so that two joins' records applied in either order leave the longer. Kind 3 came after
+// the first release: a broker without it stalls on it (ErrStalled), as on any unknown kind.
+// Every record has one encoding. NEVER CHANGE
 // version 1: logs and peers hold it; a new layout is a new version.
 const recordVersion = 1
 
 // Record kinds.
 const (
-	kindCommit = 1
-	kindDrop   = 2
+	kindCommit  = 1
+	kindDrop    = 2
+	kindSession = 3
 )
 
 // maxRecord bounds a record's value: the largest possible commit (a topic of MaxTopicName,
@@ -52,23 +60,52 @@ type Key struct {
 // size is what k and its offset take in a snapshot (and about what they take in memory).
 func (k *Key) size() int64 { return int64(2 + len(k.Topic) + 8 + 2 + len(k.Group) + 4 + 8) }
 
+// GroupRef names one group of one creation of a topic: what a session record is kept for.
+type GroupRef struct {
+	Topic   string
+	Created int64 // the topic's creation time, Unix ms
+	Group   string
+}
+
+// size is what a session of r takes in a snapshot (and about what it takes in memory).
+func (r *GroupRef) size() int64 { return int64(2 + len(r.Topic) + 8 + 2 + len(r.Group) + 4) }
+
 // record is one decoded record.
 type record struct {
-	kind   uint8
-	key    Key // Topic and Created only, for a drop
-	offset int64
+	kind    uint8
+	key     Key // Topic and Created only, for a drop; Partition unused for a session
+	offset  int64
+	session uint32 // ms, for a session
 }
 
 func appendRecord(dst []byte, r *record) []byte {
 	dst = append(dst, recordVersion, r.kind)
 	dst = wire.AppendString(dst, r.key.Topic)
 	dst = wire.AppendI64(dst, r.key.Created)
-	if r.kind == kindCommit {
+	switch r.kind {
+	case kindCommit:
 		dst = wire.AppendString(dst, r.key.Group)
 		dst = wire.AppendU32(dst, r.key.Partition)
 		dst = wire.AppendI64(dst, r.offset)
+	case kindSession:
+		dst = wire.AppendString(dst, r.key.Group)
+		dst = wire.AppendU32(dst, r.session)
 	}
 	return dst
+}
+
+// checkSession checks a session record's names and timeout.
+func checkSession(ref *GroupRef, session uint32) error {
+	if err := wire.ValidTopicName(ref.Topic); err != nil {
+		return err
+	}
+	if err := wire.ValidGroupName(ref.Group); err != nil {
+		return err
+	}
+	if session == 0 {
+		return fmt.Errorf("a session timeout of 0 ms")
+	}
+	return nil
 }
 
 // checkKey checks the names and the offset of a commit by the rules of the wire protocol.
@@ -104,6 +141,9 @@ func decodeRecord(b []byte) (record, error) {
 		rec.key.Group = r.String(wire.MaxGroupName, "group")
 		rec.key.Partition = r.U32()
 		rec.offset = r.I64()
+	case rec.kind == kindSession:
+		rec.key.Group = r.String(wire.MaxGroupName, "group")
+		rec.session = r.U32()
 	case rec.kind != kindDrop:
 		return rec, fmt.Errorf("%w record: kind %d unknown to this broker (written by a newer broker?)", ErrMalformed, rec.kind)
 	}
@@ -111,9 +151,12 @@ func decodeRecord(b []byte) (record, error) {
 		return rec, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	var err error
-	if rec.kind == kindCommit {
+	switch rec.kind {
+	case kindCommit:
 		err = checkKey(&rec.key, rec.offset)
-	} else {
+	case kindSession:
+		err = checkSession(&GroupRef{rec.key.Topic, rec.key.Created, rec.key.Group}, rec.session)
+	default:
 		err = wire.ValidTopicName(rec.key.Topic)
 	}
 	if err != nil {

@@ -1,20 +1,16 @@
 package offsets
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/lightq/lightq/cluster/raftlog"
 	"github.com/lightq/lightq/cluster/replica"
-	qlog "github.com/lightq/lightq/log"
+	"github.com/lightq/lightq/cluster/smlog"
 )
 
 // Config configures a Store. Dir, NodeID, Group and Sender are required, and Peers when Dir
@@ -56,7 +52,7 @@ type Config struct {
 }
 
 // LogDirName is the directory of the Raft log inside Config.Dir.
-const LogDirName = "log"
+const LogDirName = smlog.LogDirName
 
 var (
 	// ErrNotReady: this replica leads, but has not applied everything its predecessors
@@ -95,7 +91,7 @@ func (e *LimitError) Error() string {
 type Store struct {
 	cfg  Config
 	logf func(string, ...any)
-	stor *storage
+	stor *smlog.Storage[*state]
 	rep  *replica.Replica
 
 	// mu guards st, the leadership fields, the pending proposals and closed. The replica's
@@ -158,39 +154,20 @@ func Open(cfg Config) (*Store, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("offsets: %w", err)
-	}
-	snap, st, ok, err := readSnapFile(cfg.Dir)
+	s := &Store{cfg: cfg, logf: logf, pending: map[*pending]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+	stor, st, applied, err := smlog.Open(&snapFormat, cfg.Dir, smlog.Options[*state]{
+		SegmentBytes: cfg.SegmentBytes, Logf: logf, Install: s.install, ConfChanged: s.confChanged})
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		st = newState()
-	}
-	rl, err := raftlog.Open(filepath.Join(cfg.Dir, LogDirName), raftlog.Options{
-		SyncEachAppend: true, // a commit is answered once a majority fsynced it
-		// Retention removes every whole segment behind the snapshot (EnforceRetention is
-		// called with the snapshot's index only).
-		Log: qlog.Options{SegmentBytes: cfg.SegmentBytes, RetentionBytes: 1, Logf: logf},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("offsets: %w", err)
-	}
-	s := &Store{cfg: cfg, logf: logf, st: st, pending: map[*pending]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
-	s.stor = &storage{Storage: rl, dir: cfg.Dir, snap: snap, install: s.install, confChanged: s.confChanged}
-	applied, err := s.stor.recover()
-	if err != nil {
-		rl.Close()
-		return nil, err
-	}
+	s.stor, s.st = stor, st
 	rep, err := replica.Start(replica.Config{
 		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Storage: s.stor, Sender: cfg.Sender,
 		Apply: s.apply, Applied: applied, Advanced: s.advanced, Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
-		Join: cfg.Join, Logger: raftLogger{logf},
+		Join: cfg.Join, Logger: replica.LogfLogger{Logf: logf},
 	})
 	if err != nil {
-		rl.Close()
+		stor.Close()
 		return nil, fmt.Errorf("offsets: %w", err)
 	}
 	s.rep = rep
@@ -282,8 +259,38 @@ func (s *Store) Commit(term uint64, k Key, offset int64, done func(error)) error
 	return s.propose(term, &record{kind: kindCommit, key: k, offset: offset}, done)
 }
 
-// DropTopic removes every committed offset of one creation of a topic (deleted from the
-// cluster), as Commit proposes and answers.
+// Session is the longest session timeout stored for group ref (SetSession), as this
+// replica has applied it. Safe from any goroutine.
+func (s *Store) Session(ref GroupRef) (time.Duration, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ms, ok := s.st.sessions[ref]
+	return time.Duration(ms) * time.Millisecond, ok
+}
+
+// Sessions calls fn for every stored group session, in no order, holding the store's read
+// lock: fn must not call the Store.
+func (s *Store) Sessions(fn func(ref GroupRef, session time.Duration)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for ref, ms := range s.st.sessions {
+		fn(ref, time.Duration(ms)*time.Millisecond)
+	}
+}
+
+// SetSession stores session (rounded up to a millisecond, at most 2^32-1 ms) as group ref's
+// longest session timeout unless a longer one is stored (the stored one only grows), proposed and answered as Commit's. A
+// new group counts against Config.MaxEntries as a new key does.
+func (s *Store) SetSession(term uint64, ref GroupRef, session time.Duration, done func(error)) error {
+	ms := min((session+time.Millisecond-1)/time.Millisecond, 1<<32-1)
+	if err := checkSession(&ref, uint32(ms)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return s.propose(term, &record{kind: kindSession, key: Key{Topic: ref.Topic, Created: ref.Created, Group: ref.Group}, session: uint32(ms)}, done)
+}
+
+// DropTopic removes every committed offset and session of one creation of a topic (deleted
+// from the cluster), as Commit proposes and answers.
 func (s *Store) DropTopic(term uint64, ref TopicRef, done func(error)) error {
 	return s.propose(term, &record{kind: kindDrop, key: Key{Topic: ref.Topic, Created: ref.Created}}, done)
 }
@@ -305,11 +312,21 @@ func (s *Store) propose(term uint64, rec *record, done func(error)) error {
 	case len(s.pending) >= s.cfg.MaxPending:
 		err = fmt.Errorf("offsets: %d commits waiting: %w", len(s.pending), ErrBusy)
 	}
-	if err == nil && rec.kind == kindCommit {
-		if _, held := s.st.offsets[rec.key]; !held {
-			size := rec.key.size()
-			if len(s.st.offsets)+s.newKeys >= s.cfg.MaxEntries || s.st.bytes+s.newBytes+size > maxStateBytes {
-				err = &LimitError{Max: min(s.cfg.MaxEntries, len(s.st.offsets)+s.newKeys)}
+	if err == nil && rec.kind != kindDrop {
+		var held bool
+		var size int64
+		if rec.kind == kindCommit {
+			_, held = s.st.offsets[rec.key]
+			size = rec.key.size()
+		} else {
+			ref := GroupRef{rec.key.Topic, rec.key.Created, rec.key.Group}
+			_, held = s.st.sessions[ref]
+			size = ref.size()
+		}
+		if !held {
+			keys := len(s.st.offsets) + len(s.st.sessions) + s.newKeys
+			if keys >= s.cfg.MaxEntries || s.st.bytes+s.newBytes+size > maxStateBytes {
+				err = &LimitError{Max: min(s.cfg.MaxEntries, keys)}
 			}
 			pe.newKey = size
 		}
@@ -407,14 +424,11 @@ func (s *Store) snapshot(index, term uint64) {
 	s.scratch = appendState(s.scratch[:0], s.st)
 	s.mu.RUnlock()
 	s.sinceSnap = 0
-	// The membership as of index: the replica saves each membership change when it applies
-	// it, in log order, so the saved one is index's.
-	snap := raftpb.Snapshot{Data: bytes.Clone(s.scratch), Metadata: raftpb.SnapshotMetadata{
-		Index: index, Term: term, ConfState: s.stor.State().ConfState}}
+	err := s.stor.Save(index, term, s.scratch) // copies
 	if cap(s.scratch) > 4<<20 {
 		s.scratch = nil
 	}
-	if err := s.stor.save(snap); err != nil {
+	if err != nil {
 		s.logf("offsets group %d: snapshot at %d: %v", s.cfg.Group, index, err)
 		return
 	}
@@ -424,7 +438,7 @@ func (s *Store) snapshot(index, term uint64) {
 	}
 }
 
-// confChanged is storage.confChanged: the membership change at index was applied. The state
+// confChanged is smlog.Options.ConfChanged: the membership change at index was applied. The state
 // moves to that index and is snapshot there, so that a replica the change added can be sent
 // a snapshot that holds it.
 func (s *Store) confChanged(index uint64) {
@@ -445,7 +459,7 @@ func (s *Store) confChanged(index uint64) {
 	s.snapshot(index, term)
 }
 
-// install is storage.install: the state of a snapshot from the leader.
+// install is smlog.Options.Install: the state of a snapshot from the leader.
 func (s *Store) install(st *state) {
 	s.mu.Lock()
 	s.st = st
@@ -549,18 +563,16 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// raftLogger passes raft's warnings and errors to Logf.
-type raftLogger struct{ logf func(string, ...any) }
-
-func (l raftLogger) Debug(...any)                {}
-func (l raftLogger) Debugf(string, ...any)       {}
-func (l raftLogger) Info(...any)                 {}
-func (l raftLogger) Infof(string, ...any)        {}
-func (l raftLogger) Warning(v ...any)            { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Warningf(f string, v ...any) { l.logf("raft: "+f, v...) }
-func (l raftLogger) Error(v ...any)              { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Errorf(f string, v ...any)   { l.logf("raft: "+f, v...) }
-func (l raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
-func (l raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
-func (l raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+// ElectionTimeout is the replica's election timeout (Config.Tick times ElectionTicks): a
+// leader cut off from a majority steps down within two of it (check-quorum), and a follower
+// campaigns no sooner than one after it last heard from the leader.
+func (s *Store) ElectionTimeout() time.Duration {
+	tick, ticks := s.cfg.Tick, s.cfg.ElectionTicks
+	if tick <= 0 {
+		tick = 100 * time.Millisecond
+	}
+	if ticks <= 0 {
+		ticks = 10
+	}
+	return tick * time.Duration(ticks)
+}

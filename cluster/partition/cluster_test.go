@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -80,7 +81,7 @@ func newCluster(t testing.TB, seed uint64, n int, tune func(*Config)) *cluster {
 // config is node id's partition Config.
 func (c *cluster) config(nd *node) Config {
 	cfg := Config{
-		Dir: nd.dir, NodeID: nd.id, Group: testGroup, Peers: c.ids, Sender: nd.gate, Fsync: FsyncNever,
+		Dir: nd.dir, NodeID: nd.id, Group: testGroup, Peers: c.ids, Sender: nd.gate, Segments: nd.gate, Fsync: FsyncNever,
 		Log:  log.Options{SegmentBytes: 64 << 10, FS: c.fsys},
 		Tick: testTick, ElectionTicks: 10, ProposalTimeout: 10 * time.Second,
 		Logf: func(f string, a ...any) { c.t.Logf("node %d: "+f, append([]any{nd.id}, a...)...) },
@@ -98,7 +99,13 @@ func (c *cluster) start(id uint64) {
 	nd := c.nodes[id]
 	tr, err := transport.New(transport.Config{NodeID: id, Listen: "127.0.0.1:0", Secret: secret,
 		Handler: nd.router.Handle, Unreachable: nd.router.Unreachable, Faults: c.faults,
-		RedialMin: time.Millisecond, RedialMax: 20 * time.Millisecond})
+		RedialMin: time.Millisecond, RedialMax: 20 * time.Millisecond,
+		Segments: func(g uint64) transport.SegmentSource {
+			if p := c.part(id); p != nil && g == testGroup {
+				return p.Log()
+			}
+			return nil
+		}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -402,6 +409,14 @@ func (g *gate) setNext(s replica.Sender) {
 	g.mu.Lock()
 	g.next = s
 	g.mu.Unlock()
+}
+
+// FetchSegments fetches through the node's current transport.
+func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error) {
+	g.mu.Lock()
+	next := g.next
+	g.mu.Unlock()
+	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink)
 }
 
 func (g *gate) Send(to uint64, envs ...transport.Envelope) bool {

@@ -68,8 +68,13 @@
 // snapshot. Its data is raftlog's (the offset the follower's log starts again at) followed by
 // the producer state as of the leader's applied index (state.go), which the follower
 // checkpoints before its log is reset, and which then deduplicates there as on the leader.
-// The follower holds the partition from the snapshot's offset on: whole-segment transfer
-// (bringing it the segments below, snapshot data v2) is not done yet.
+// With Config.Segments the snapshot is at the leader's applied index and names the leader as
+// the source of the segments below it (raftlog data version 2): the follower fetches the
+// leader's segment files from the leader's log start (or its own committed end, if later) up
+// to the snapshot's offset over the cluster port, verified, crash-safely installed
+// (catchup.go, raftlog's catchup.go), so that it holds the partition from the log start on,
+// byte for byte as the leader. Without it, or when the fetch gives up (CatchUpTimeout), the
+// follower holds the partition from the snapshot's offset on.
 //
 // # Bounded memory
 //
@@ -90,7 +95,9 @@
 // not block; it may call Produce. OnCommit runs on the replica's goroutine. Lock order:
 // Partition.ckMu, then Partition.mu, then (inside the replica) its status lock; the
 // partition's mutex is never held across storage calls, and the replica's goroutine never
-// waits for Produce.
+// waits for Produce. The scrub goroutine calls the replica (Status, Progress,
+// TransferLeadership, Restart) and the Storage, never holding the partition's mutex; the
+// replica's goroutine only queues damage for it (a buffered channel, never waiting).
 //
 // # Files
 //
@@ -99,9 +106,12 @@
 //   - produce.go: Produce, the records of batches in flight, their outcomes and timeouts;
 //   - dedup.go: the verdict on an idempotent batch (committed state plus in-flight batches);
 //   - storage.go: the replica's Storage: raftlog plus the producer state in snapshots;
+//   - catchup.go: fetching a snapshot's segments from its source;
 //   - state.go: the partition state format (checkpoint file and snapshot data);
 //   - maintain.go: the maintenance goroutine (timeouts, fsync interval, checkpoints,
 //     retention, expiry);
+//   - scrub.go: the scrub goroutine (the sealed segments verified again at Config.Scrub's
+//     rate) and the repair of damage it or raft's reads find, from the other replicas;
 //   - format.go: format 1 to format 2; status.go: Status.
 //
 // # Example

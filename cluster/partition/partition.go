@@ -83,6 +83,15 @@ type Config struct {
 	// goroutine: the broker wakes its long-poll fetches. It must not block.
 	OnCommit func()
 	Logf     func(format string, args ...any) // default: silent
+	// Segments, if set, brings a follower behind its leader's log start up from whole
+	// segments (catchup.go): snapshots name this broker as the source of the segments below
+	// them, and a follower that installs one fetches them from its source through Segments
+	// (*transport.Transport, whose Config.Segments must then serve this partition's Log).
+	// Nil: a snapshot starts the follower's log at the snapshot's offset.
+	Segments SegmentFetcher
+	// CatchUpTimeout is how long a follower keeps fetching the segments of one snapshot
+	// before it installs the snapshot without them (default 2 min).
+	CatchUpTimeout time.Duration
 
 	// MaxPending bounds the batches proposed and not yet settled (default 4096), and
 	// MaxPendingBytes their bytes (default 32 MiB): past either, Produce answers ErrBusy.
@@ -98,6 +107,12 @@ type Config struct {
 	// RetentionCheck is how often retention is applied when the log has a limit (default
 	// 500 ms, as the broker's durable partitions).
 	RetentionCheck time.Duration
+
+	// Scrub, when set, makes a background goroutine verify the sealed segments again and
+	// again at the rate it gives (shared by the partitions given the same one; the broker's
+	// default is DefaultScrubBytesPerSecond), repairing what it finds from the other
+	// replicas (scrub.go). Nil: no scrub (damage raft's reads meet is still repaired).
+	Scrub *ScrubRate
 
 	// Raft timing, passed to the replica: Tick (default 100 ms) and ElectionTicks (default
 	// 10).
@@ -176,12 +191,23 @@ type Partition struct {
 	// Guarded by mu too: the last term in which this replica saw a leader, and the terms it
 	// saw one in since Open (Status.LeaderChanges).
 	leaderTerm, leaderChanges uint64
+	cu                        CatchUpStats // guarded by mu
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
 	ckMu    sync.Mutex
 	ckIndex uint64
 	ckBuf   []byte
+
+	// The scrub (scrub.go): bytes verified, passes over the sealed segments, damaged batches
+	// found (by the scrub or raft's reads) and repairs made; damage is the queue of damage
+	// raft's reads met, to the scrub goroutine, and damageSeen (under damageMu) holds
+	// snapshots back until its repair starts.
+	scrubbed, scrubPasses, damaged, repaired atomic.Int64
+	damage                                   chan *raftlog.CorruptEntryError
+	damageMu                                 sync.Mutex
+	damageSeen                               bool
+	scrubDone                                chan struct{}
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -217,7 +243,11 @@ func Open(cfg Config) (*Partition, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.CatchUpTimeout <= 0 {
+		cfg.CatchUpTimeout = defaultCatchUpTimeout
+	}
+	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{}),
+		scrubDone: make(chan struct{}), damage: make(chan *raftlog.CorruptEntryError, 1)}
 	if p.fsys == nil {
 		p.fsys = vfs.OS
 	}
@@ -236,7 +266,13 @@ func Open(cfg Config) (*Partition, error) {
 	// A damaged batch is cut, not refused: the peers hold the same bytes and raft brings
 	// them back (the replica lost entries it had acknowledged: see replica.Config.LostCommit).
 	lopts.CutDamage = true
-	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways})
+	// The cache of recent entries holds what the leader has not applied yet (bounded by
+	// raft's MaxUncommittedBytes below, data Produce holds anyway), so that neither
+	// applying nor sending to a follower a little behind reads the log back; applied
+	// entries beyond 4 MiB are given up (Storage.Applied in advanced).
+	uncommitted := 2*cfg.MaxPendingBytes + int64(p.maxSize)
+	s, err := raftlog.Open(cfg.Dir, raftlog.Options{Log: lopts, SyncEachAppend: cfg.Fsync == FsyncAlways,
+		CacheBytes: int(uncommitted), CacheAppliedBytes: 4 << 20, Window: 2048, CutDamage: true})
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +287,7 @@ func Open(cfg Config) (*Partition, error) {
 			break
 		}
 		p.logf("entry %d is damaged (%v): cutting the log there; the other replicas bring it back", ce.Index, ce)
-		if err = s.CutDamaged(ce.Index); err == nil {
+		if err = s.CutDamaged(ce); err == nil {
 			commit, err = p.rebuild()
 		}
 	}
@@ -268,8 +304,8 @@ func Open(cfg Config) (*Partition, error) {
 		Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		// Above what Produce lets through, so that raft never drops a proposal for its size
 		// (a drop between two batches of one producer would store the later one after a gap).
-		MaxUncommittedBytes: uint64(2*cfg.MaxPendingBytes) + uint64(p.maxSize),
-		Logger:              raftLogger{cfg.Logf},
+		MaxUncommittedBytes: uint64(uncommitted),
+		Logger:              replica.LogfLogger{Logf: cfg.Logf},
 	})
 	if err != nil {
 		s.Close()
@@ -277,6 +313,7 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	p.rep = rep
 	go p.maintain()
+	go p.scrub()
 	return p, nil
 }
 
@@ -325,7 +362,7 @@ func (p *Partition) rebuild() (uint64, error) {
 	table.Expire(now)
 	scanned := 0
 	for lo := p.dd.index + 1; lo <= commit; {
-		ents, err := p.st.Entries(lo, commit+1, 4<<20)
+		ents, err := p.st.Storage.Entries(lo, commit+1, 4<<20) // not the wrapper: damage is cut at Open
 		if err != nil {
 			return 0, fmt.Errorf("partition: rebuilding the producer state from entry %d: %w", lo, err)
 		}
@@ -364,7 +401,7 @@ func (p *Partition) apply(e raftpb.Entry) {
 // advanced follows the replica after each Ready (its goroutine): the high watermark, the
 // leadership, and a new leader's readiness to deduplicate.
 func (p *Partition) advanced(st replica.Status) {
-	off, offErr := p.st.OffsetAfter(st.Applied)
+	off, offErr := p.st.Applied(st.Applied)
 	p.mu.Lock()
 	p.status = st
 	if st.Leader != 0 && st.Term != p.leaderTerm {
@@ -425,6 +462,7 @@ func (p *Partition) Close() error {
 		p.mu.Unlock()
 		close(p.stop)
 		<-p.done
+		<-p.scrubDone
 		p.rep.Stop()
 		err := p.checkpoint(true)
 		if cerr := p.st.Close(); err == nil {
@@ -441,20 +479,3 @@ func (p *Partition) Close() error {
 func (p *Partition) logf(format string, args ...any) {
 	p.cfg.Logf("partition %d (%s): "+format, append([]any{p.cfg.Group, p.cfg.Dir}, args...)...)
 }
-
-// raftLogger sends raft's warnings and errors to Logf; its debug and info chatter goes
-// nowhere. Fatal and Panic panic, as raft requires.
-type raftLogger struct{ logf func(string, ...any) }
-
-func (raftLogger) Debug(...any)                  {}
-func (raftLogger) Debugf(string, ...any)         {}
-func (raftLogger) Info(...any)                   {}
-func (raftLogger) Infof(string, ...any)          {}
-func (l raftLogger) Warning(v ...any)            { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Warningf(f string, v ...any) { l.logf("raft: "+f, v...) }
-func (l raftLogger) Error(v ...any)              { l.logf("raft: %s", fmt.Sprint(v...)) }
-func (l raftLogger) Errorf(f string, v ...any)   { l.logf("raft: "+f, v...) }
-func (raftLogger) Fatal(v ...any)                { panic(fmt.Sprint(v...)) }
-func (raftLogger) Fatalf(f string, v ...any)     { panic(fmt.Sprintf(f, v...)) }
-func (raftLogger) Panic(v ...any)                { panic(fmt.Sprint(v...)) }
-func (raftLogger) Panicf(f string, v ...any)     { panic(fmt.Sprintf(f, v...)) }

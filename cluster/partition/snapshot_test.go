@@ -6,7 +6,9 @@ import (
 )
 
 // TestSnapshotCatchUp: a follower stopped while the leader's retention deleted the entries
-// it needs comes back by a raft snapshot: its log starts again at the leader's offset, it
+// it needs comes back by a raft snapshot without the catch-up from whole segments
+// (Config.Segments nil, as a broker of the release before): its log starts again at the
+// leader's offset, it
 // holds the same bytes as the leader from there on, its producer state is the leader's
 // (carried in the snapshot) and survives its restart, and it deduplicates as a leader.
 func TestSnapshotCatchUp(t *testing.T) {
@@ -15,6 +17,7 @@ func TestSnapshotCatchUp(t *testing.T) {
 		cfg.Log.RetentionBytes = 12 << 10
 		cfg.RetentionCheck = 10 * time.Millisecond
 		cfg.CheckpointInterval = 50 * time.Millisecond
+		cfg.Segments = nil
 	})
 	l := c.leader()
 	w1 := newWorkload(30, 600, 3, 20)

@@ -31,6 +31,11 @@ type Status struct {
 	// (each election it saw won, the first included; a leader elected again in a new term
 	// counts again).
 	LeaderChanges uint64
+	// The scrub and repair since Open (scrub.go): bytes of sealed segments verified, passes
+	// over all of them, damaged batches found (by the scrub or raft's reads; one damage met
+	// twice before its repair counts twice) and repairs made (the log cut there, to be filled
+	// again from the other replicas).
+	ScrubbedBytes, ScrubPasses, DamagedBatches, Repairs int64
 	// Replicas is, on the leader, every member's replication (itself included); nil on a
 	// follower.
 	Replicas []ReplicaStatus
@@ -61,6 +66,7 @@ func (p *Partition) Status() Status {
 		HighWatermark: p.hw.Load(), Voters: slices.Clone(rs.ConfState.Voters),
 		Learners: slices.Clone(rs.ConfState.Learners), Outgoing: slices.Clone(rs.ConfState.VotersOutgoing),
 		Pending: p.count, PendingBytes: p.bytes, LeaderChanges: p.leaderChanges,
+		ScrubbedBytes: p.scrubbed.Load(), ScrubPasses: p.scrubPasses.Load(), DamagedBatches: p.damaged.Load(), Repairs: p.repaired.Load(),
 	}
 	p.mu.Unlock()
 	s.LogStart, s.LogEnd = l.StartOffset(), l.NextOffset()

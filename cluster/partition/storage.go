@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lightq/lightq/cluster/raftlog"
@@ -31,12 +32,32 @@ var (
 // so at or after the snapshot's index (retention removes only applied entries, and a
 // membership change is applied when its index is recorded). The receiver skips the entries
 // up to that index when it records producers.
+//
+// With Config.Segments, the snapshot is at the applied index and names this broker as the
+// source of the segments below it (raftlog.SnapshotAt): the receiver fetches them (catchUp)
+// and holds the partition from this log's start on, as this replica does.
 func (s *storage) Snapshot() (raftpb.Snapshot, error) {
-	snap, err := s.Storage.Snapshot()
+	if s.p.damagePending() {
+		// raft asks for one because a read met damage (Entries): the follower is to get the
+		// entries from the leader that takes over, not a snapshot that would empty its log.
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	p := s.p
+	var (
+		snap raftpb.Snapshot
+		err  error
+	)
+	if p.cfg.Segments != nil {
+		p.mu.Lock()
+		applied := p.dd.index
+		p.mu.Unlock()
+		snap, err = s.Storage.SnapshotAt(applied, p.cfg.NodeID)
+	} else {
+		snap, err = s.Storage.Snapshot()
+	}
 	if err != nil {
 		return snap, err
 	}
-	p := s.p
 	p.mu.Lock()
 	snap.Data = appendState(nil, p.dd.index, snap.Data, p.dd.table, p.hw.Load(), time.Now().UnixMilli())
 	index := p.dd.index
@@ -49,9 +70,11 @@ func (s *storage) Snapshot() (raftpb.Snapshot, error) {
 	return snap, nil
 }
 
-// ApplySnapshot installs snap: the producer state is checked whole and saved as the
-// checkpoint first (durable), then raftlog empties the log and starts it at the leader's
-// offset, then the table is replaced. A crash between the two saves leaves a checkpoint
+// ApplySnapshot installs snap: the producer state is checked whole, the segments below the
+// snapshot's offset are fetched from the snapshot's source when it names one (catchUp, with
+// Config.Segments), the producer state is saved as the checkpoint (durable), then raftlog
+// installs the fetched segments (or, without them, empties the log and starts it at the
+// leader's offset), then the table is replaced. A crash between the two saves leaves a checkpoint
 // ahead of the log, which is right: it reflects committed entries, which this replica skips
 // when it applies them.
 func (s *storage) ApplySnapshot(snap raftpb.Snapshot) error {
@@ -64,6 +87,13 @@ func (s *storage) ApplySnapshot(snap raftpb.Snapshot) error {
 		table.Release()
 		return fmt.Errorf("%w: snapshot at %d carries the producer state of entry %d only", ErrBadState, snap.Metadata.Index, index)
 	}
+	inner := snap
+	inner.Data = logPart
+	cu, err := p.catchUp(inner)
+	if err != nil {
+		table.Release()
+		return err
+	}
 	table.Expire(time.Now().UnixMilli())
 	p.ckMu.Lock()
 	defer p.ckMu.Unlock()
@@ -73,15 +103,19 @@ func (s *storage) ApplySnapshot(snap raftpb.Snapshot) error {
 		return err
 	}
 	p.ckIndex = index
-	inner := snap
-	inner.Data = logPart
-	if err := s.Storage.ApplySnapshot(inner); err != nil {
+	if cu != nil {
+		err = s.Storage.InstallSnapshot(inner, cu)
+	} else {
+		err = s.Storage.ApplySnapshot(inner)
+	}
+	if err != nil {
 		table.Release()
 		return err
 	}
 	p.mu.Lock()
 	p.dd.replace(table, index)
 	p.mu.Unlock()
-	p.logf("installed a snapshot at entry %d (offset %d): %d producer states as of entry %d", snap.Metadata.Index, s.Log().NextOffset(), table.Len(), index)
+	p.logf("installed a snapshot at entry %d (offset %d; the log holds from %d): %d producer states as of entry %d",
+		snap.Metadata.Index, s.Log().NextOffset(), s.Log().StartOffset(), table.Len(), index)
 	return nil
 }

@@ -70,6 +70,11 @@ func (s *Storage) truncateFrom(i uint64) error {
 	if err != nil {
 		return err
 	}
+	return s.truncateAt(i, off)
+}
+
+// truncateAt is truncateFrom with entry i's offset known. s.mu held.
+func (s *Storage) truncateAt(i uint64, off int64) error {
 	prevTerm, err := s.term(i - 1)
 	if err != nil {
 		return err
@@ -79,6 +84,7 @@ func (s *Storage) truncateFrom(i uint64) error {
 	}
 	s.win.truncateFrom(i)
 	s.last, s.lastTerm = i-1, prevTerm
+	s.gen++
 	if s.cur.valid && s.cur.index > i {
 		s.cur.valid = false
 	}
@@ -115,6 +121,9 @@ func (s *Storage) appendOne(e *raftpb.Entry) error {
 		batch, count = s.scratch, 1
 	default:
 		return fmt.Errorf("%w: entry %d: type %v", ErrBadEntry, e.Index, e.Type)
+	}
+	if err := s.ep.noteAppend(e.Index, e.Term); err != nil { // before the entry: see epochs.go
+		return err
 	}
 	wire.SetBatchLeaderEpoch(batch, int32(e.Term))
 	wire.SetBatchRaftIndex(batch, e.Index)
@@ -164,6 +173,11 @@ func (s *Storage) ApplySnapshot(snap raftpb.Snapshot) error {
 		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
 	}
 	s.st = st
+	s.gen++
+	s.ep.list = nil
+	if err := s.ep.save(); err != nil {
+		return s.fail(err)
+	}
 	if err := s.l.Reset(off); err != nil {
 		return s.fail(fmt.Errorf("raftlog: empty the log for the snapshot at %d: %w", m.Index, err))
 	}
@@ -240,6 +254,11 @@ func (s *Storage) compactTo(start int64) error {
 		return s.fail(fmt.Errorf("raftlog: record the log start at entry %d: %w", first, err))
 	}
 	s.st = st
+	if s.ep.compactTo(first) {
+		if err := s.ep.save(); err != nil {
+			return s.fail(err)
+		}
+	}
 	s.win.dropThrough(first - 1)
 	if s.cur.valid && s.cur.index < first {
 		s.cur.valid = false

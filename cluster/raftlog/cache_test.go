@@ -95,3 +95,31 @@ func TestStorageEntryCache(t *testing.T) {
 		t.Fatalf("a storage without a cache: %v, %d hits, %d bytes", err, off.cacheHits, off.win.bytes)
 	}
 }
+
+// TestStorageEntryCacheApplied: entries not yet applied stay cached up to CacheBytes; once
+// Applied covers them, the cache shrinks to CacheAppliedBytes, oldest first, and never gives
+// up an entry not applied to get there.
+func TestStorageEntryCacheApplied(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{Window: 64, CacheBytes: 1 << 20, CacheAppliedBytes: 600})
+	defer s.Close()
+	mustAppend(t, s, clone(mixedEntries(1, 40, 1, 7)))
+	if from, n := cachedBytes(s); from != 1 || n != s.win.bytes {
+		t.Fatalf("nothing applied: cache from entry %d, %d bytes (counted %d); want every entry", from, n, s.win.bytes)
+	}
+	all := s.win.bytes
+	if _, err := s.Applied(10); err != nil {
+		t.Fatal(err)
+	}
+	if from, n := cachedBytes(s); from != 11 || n != s.win.bytes || n >= all {
+		t.Fatalf("applied 10: cache from entry %d, %d bytes of %d; want from 11 (entries not applied stay)", from, n, all)
+	}
+	if _, err := s.Applied(40); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := cachedBytes(s); n > 600 || n == 0 || n != s.win.bytes {
+		t.Fatalf("applied all: %d bytes cached (counted %d), want at most 600", n, s.win.bytes)
+	}
+	if _, err := s.Entries(40, 41, 1<<62); err != nil || s.cacheHits == 0 {
+		t.Fatalf("the last entry: %v, %d cache hits", err, s.cacheHits)
+	}
+}

@@ -6,10 +6,13 @@
 //
 // A replica's directory holds the segment log (package log: <base>.log, .index, .timeindex,
 // checkpoint) and raft.state (state.go: two 4 KiB slots, the term, vote, commit index,
-// membership, and where the raft log starts in the segment log). Each stored batch is one
+// membership, and where the raft log starts in the segment log), and, while a catch-up from
+// whole segments is received, catchup/ (its temporary segment files and manifest). Each stored batch is one
 // Raft entry, its term in the leader epoch field and its index in the raft index field
 // (wire/batch.go, format 2); entries without messages are control batches (wire/control.go).
-// Nothing else is kept: the index and term of every entry come from its batch.
+// The index and term of every entry come from its batch. Since the batch's CRC does not cover
+// those two fields, leader-epochs (epochs.go) keeps the first index of every term, against
+// which every entry's term is checked; the index must follow the previous entry's.
 //
 // # The parts
 //
@@ -19,8 +22,11 @@
 //     binary search over offsets, the header walk at Open, Entries;
 //   - append.go: Append (a conflicting tail replaced), ApplySnapshot, EnforceRetention;
 //   - snapdata.go: the data of the snapshots replicas exchange (the offset the log goes on
-//     at);
-//   - state.go: the state file.
+//     at; version 2: the node whose segments hold what is below it);
+//   - catchup.go: the catch-up from whole segments (SnapshotAt, CatchUp, InstallSnapshot);
+//   - state.go: the state file;
+//   - epochs.go: the leader epochs file;
+//   - scrub.go: Scrub, the paced verification of the sealed segments.
 //
 // # Concurrency
 //

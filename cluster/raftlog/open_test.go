@@ -73,22 +73,22 @@ func TestOpenRefuses(t *testing.T) {
 		}, ErrCorrupt, "holds offsets [0, 1) but no raft state"},
 		{"the first batch is not the entry after the snapshot", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{SnapIndex: 3, SnapTerm: 1}, rawEntry(1, 1, 1), rawEntry(2, 1, 1))
-		}, ErrCorrupt, "00000000000000000000.log: the batch at offset 0 has raft index 1, want 4"},
+		}, ErrCorrupt, "00000000000000000000.log: batch at offset 0 (entry 4): base offset 0, raft index 1: not the entry after the snapshot at 3"},
 		{"the first offset inside a batch", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{FirstOffset: 1}, rawEntry(1, 1, 3))
-		}, ErrCorrupt, "the batch at offset 0 has raft index 1, want 1 (the entry after the snapshot at 0, at offset 1)"},
+		}, ErrCorrupt, "batch at offset 1 (entry 1): base offset 0, raft index 1: not the entry after the snapshot at 0"},
 		{"the first offset past the log", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{FirstOffset: 10000}, rawEntry(1, 1, 1))
 		}, ErrCorrupt, "starts at offset 10000 (entry 1), but the log holds [0, 1)"},
 		{"indexes not consecutive", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{}, rawEntry(1, 1, 2), rawEntry(2, 1, 1), rawEntry(4, 1, 1))
-		}, ErrCorrupt, "00000000000000000000.log: batch at offset 3: raft index 4, want 3: the indexes are not consecutive"},
+		}, ErrCorrupt, "00000000000000000000.log: batch at offset 3 (entry 3): raft index 4, want 3: the indexes are not consecutive"},
 		{"a term going down", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{}, rawEntry(1, 2, 1), rawEntry(2, 2, 1), rawEntry(3, 1, 1))
-		}, ErrCorrupt, "batch at offset 2: term 1 after term 2"},
+		}, ErrCorrupt, "batch at offset 2 (entry 3): term 1 after term 2"},
 		{"a format-1 batch", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{}, rawEntry(1, 1, 1), magic1)
-		}, ErrCorrupt, "batch at offset 1: magic 1"},
+		}, ErrCorrupt, "batch at offset 1 (entry 2): magic 1"},
 		{"a damaged state file", func(t *testing.T, dir string) {
 			writeRaw(t, dir, State{}, rawEntry(1, 1, 1))
 			path := filepath.Join(dir, StateFileName)

@@ -26,21 +26,38 @@ type entryPos struct {
 
 // window holds the positions of the most recent entries, [first, first+n), in a ring. It
 // always ends at the last entry when it holds any. It is also the cache of recent entries:
-// those Append stored keep their data until they hold more than limit bytes together, the
-// oldest given up first, so that raft's reads of entries just appended (to apply them once
-// committed, to send them to a follower a little behind) do not read the log again.
+// those Append stored keep their data until they hold more than limit bytes together, or
+// more than keep bytes once applied (up to applied), the oldest given up first, so that
+// raft's reads of entries just appended (to apply them once committed, to send them to a
+// follower a little behind) do not read the log again, and an idle group holds no more
+// than keep.
 type window struct {
-	ring  []entryPos
-	head  int // ring index of entry first
-	n     int
-	first uint64
-	bytes int    // data bytes cached
-	limit int    // cache limit in bytes
-	evict uint64 // entries below it are not cached
+	ring    []entryPos
+	head    int // ring index of entry first
+	n       int
+	first   uint64
+	bytes   int    // data bytes cached
+	limit   int    // cache limit in bytes
+	keep    int    // cache limit in bytes while the oldest cached entry is applied
+	applied uint64 // the last entry applied (Storage.Applied)
+	evict   uint64 // entries below it are not cached
 }
 
-func newWindow(size, cacheBytes int) window {
-	return window{ring: make([]entryPos, size), limit: cacheBytes}
+func newWindow(size, cacheBytes, keepBytes int) window {
+	return window{ring: make([]entryPos, size), limit: cacheBytes, keep: min(keepBytes, cacheBytes)}
+}
+
+// trim gives up cached data, oldest first, while over limit, or over keep with the oldest
+// cached entry applied.
+func (w *window) trim() {
+	for end := w.first + uint64(w.n); w.evict < end; {
+		at := max(w.evict, w.first)
+		if w.bytes <= w.limit && (w.bytes <= w.keep || at > w.applied) {
+			return
+		}
+		w.forget(w.slot(at))
+		w.evict = at + 1
+	}
 }
 
 func (w *window) slot(i uint64) *entryPos { return &w.ring[(w.head+int(i-w.first))%len(w.ring)] }
@@ -104,11 +121,7 @@ func (w *window) push(i uint64, p entryPos) {
 	if p.cached {
 		w.bytes += len(p.data)
 	}
-	for end := w.first + uint64(w.n); w.bytes > w.limit && w.evict < end; {
-		at := max(w.evict, w.first)
-		w.forget(w.slot(at))
-		w.evict = at + 1
-	}
+	w.trim()
 }
 
 // truncateFrom drops the entries from i on.
@@ -203,11 +216,17 @@ func (s *Storage) headerAt(off int64) (wire.BatchHeader, string, int64, error) {
 		return wire.BatchHeader{}, "", 0, fmt.Errorf("raftlog: read %s at %d: %w", c.Path(), c.Pos, err)
 	}
 	h, err := wire.PeekBatchHeader(buf)
+	bad := func(format string, args ...any) (wire.BatchHeader, string, int64, error) {
+		return h, "", 0, &CorruptEntryError{Index: h.RaftIndex, Offset: c.BaseOffset, Path: c.Path(), Reason: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case err != nil:
-		return h, "", 0, fmt.Errorf("%w: %s: batch at offset %d: %v", ErrCorrupt, c.Path(), c.BaseOffset, err)
+		return bad("%v", err)
 	case h.Magic != wire.BatchMagic2 || h.LeaderEpoch < 0:
-		return h, "", 0, fmt.Errorf("%w: %s: batch at offset %d: magic %d, leader epoch %d: no raft entry", ErrCorrupt, c.Path(), c.BaseOffset, h.Magic, h.LeaderEpoch)
+		return bad("magic %d, leader epoch %d: no raft entry", h.Magic, h.LeaderEpoch)
+	}
+	if r := s.termProblem(h.RaftIndex, uint64(h.LeaderEpoch)); r != "" {
+		return bad("%s", r)
 	}
 	return h, c.Path(), c.NextOffset, nil
 }
@@ -250,6 +269,9 @@ func (s *Storage) locate(i uint64) (int64, uint64, error) {
 		}
 		switch {
 		case x == i:
+			if err := s.checkBefore(i, b, path); err != nil {
+				return 0, 0, err
+			}
 			return b, uint64(h.LeaderEpoch), nil
 		case x < i:
 			lo, loOff = x+1, next
@@ -258,6 +280,32 @@ func (s *Storage) locate(i uint64) (int64, uint64, error) {
 		}
 	}
 	return 0, 0, fmt.Errorf("%w: %s: entry %d not found in %d probes", ErrCorrupt, s.dir, i, maxProbes)
+}
+
+// checkBefore checks that the batch before the one a search found as entry i, at offset b,
+// is entry i-1: a damaged raft index (the CRC does not cover it) may claim to be entry i, and
+// the search would give that batch's data as entry i. The batch before has the index of the
+// one at b less one, unless it is damaged too. s.mu held.
+func (s *Storage) checkBefore(i uint64, b int64, path string) error {
+	if i == s.st.SnapIndex+1 {
+		if b != s.st.FirstOffset {
+			return &CorruptEntryError{Index: i, Offset: s.st.FirstOffset, Path: path,
+				Reason: fmt.Sprintf("the batch at offset %d says it is entry %d", b, i)}
+		}
+		return nil
+	}
+	if b <= s.st.FirstOffset {
+		return fmt.Errorf("%w: %s: entry %d found at offset %d, where the raft log starts", ErrCorrupt, path, i, b)
+	}
+	h, _, next, err := s.headerAt(b - 1)
+	if err != nil {
+		return err
+	}
+	if h.RaftIndex != i-1 || next != b {
+		return &CorruptEntryError{Index: h.RaftIndex + 1, Offset: b, Path: path,
+			Reason: fmt.Sprintf("raft index %d, but the batch before it has raft index %d", i, h.RaftIndex)}
+	}
+	return nil
 }
 
 // offsetOf is the offset of entry i, in [SnapIndex+1, last]. s.mu held.
@@ -322,12 +370,31 @@ func (s *Storage) walkTail() error {
 			return err
 		}
 		if h.RaftIndex <= s.st.SnapIndex+1 || int64(h.RaftIndex-(s.st.SnapIndex+1)) > h.BaseOffset-first {
-			return fmt.Errorf("%w: %s: the batch at offset %d has raft index %d, but entry %d is at offset %d",
-				ErrCorrupt, path, h.BaseOffset, h.RaftIndex, s.st.SnapIndex+1, first)
+			// Which entry it is, is not known: cut from the batch, whose offset the log's
+			// index gives; the walk after the cut starts from the batch before.
+			off := from
+			if from == next {
+				c, err := s.l.Read(next-1, next, 1)
+				if err != nil || c == nil {
+					return fmt.Errorf("raftlog: read the last batch: %w", err)
+				}
+				off = c.BaseOffset
+				c.Release()
+			}
+			return &CorruptEntryError{Index: h.RaftIndex, Offset: off, Path: path,
+				Reason: fmt.Sprintf("raft index %d, but entry %d is at offset %d", h.RaftIndex, s.st.SnapIndex+1, first)}
+		}
+		// The first entry walked takes its index from its header: the batch before it (the
+		// last of a sealed segment) must be the entry before.
+		if err := s.checkBefore(h.RaftIndex, h.BaseOffset, path); err != nil {
+			return err
 		}
 		if from == next {
 			if nb != next {
 				return fmt.Errorf("%w: %s: the last batch ends at %d, the log at %d", ErrCorrupt, path, nb, next)
+			}
+			if s.rebuilding {
+				s.ep.list = append(s.ep.list, epoch{term: uint64(h.LeaderEpoch), first: h.RaftIndex})
 			}
 			s.win.push(h.RaftIndex, entryPos{term: uint64(h.LeaderEpoch), off: h.BaseOffset})
 			s.last, s.lastTerm = h.RaftIndex, uint64(h.LeaderEpoch)
@@ -351,7 +418,7 @@ func (s *Storage) walkTail() error {
 		for p := 0; p < len(s.rbuf); {
 			h, err := wire.PeekBatchHeader(s.rbuf[p:])
 			bad := func(format string, args ...any) error {
-				return fmt.Errorf("%w: %s: batch at offset %d: %s", ErrCorrupt, path, off, fmt.Sprintf(format, args...))
+				return &CorruptEntryError{Index: idx, Offset: off, Path: path, Reason: fmt.Sprintf(format, args...)}
 			}
 			switch {
 			case err != nil:
@@ -364,6 +431,12 @@ func (s *Storage) walkTail() error {
 				return bad("raft index %d, want %d: the indexes are not consecutive", h.RaftIndex, idx)
 			case knownPrev && uint64(h.LeaderEpoch) < prevTerm:
 				return bad("term %d after term %d: terms go down", h.LeaderEpoch, prevTerm)
+			}
+			if r := s.termProblem(idx, uint64(h.LeaderEpoch)); r != "" {
+				return bad("%s", r)
+			}
+			if t := uint64(h.LeaderEpoch); s.rebuilding && (len(s.ep.list) == 0 || s.ep.list[len(s.ep.list)-1].term != t) {
+				s.ep.list = append(s.ep.list, epoch{term: t, first: idx})
 			}
 			term := uint64(h.LeaderEpoch)
 			s.win.push(idx, entryPos{term: term, off: off})
@@ -441,6 +514,9 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := s.checkTerm(&e, off, path, ents); err != nil {
+				return nil, err
+			}
 			es := uint64(e.Size())
 			if len(ents) > 0 && size+es > maxSize {
 				full = true
@@ -454,6 +530,19 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 	}
 	s.cur = cursor{valid: true, index: idx, off: off, prevTerm: ents[len(ents)-1].Term}
 	return ents, nil
+}
+
+// checkTerm checks the term of entry e, read at offset off, against the leader epochs file
+// and the entry before it in ents. s.mu held.
+func (s *Storage) checkTerm(e *raftpb.Entry, off int64, path string, ents []raftpb.Entry) error {
+	r := s.termProblem(e.Index, e.Term)
+	if n := len(ents); r == "" && n > 0 && ents[n-1].Term > e.Term {
+		r = fmt.Sprintf("term %d after term %d: terms go down", e.Term, ents[n-1].Term)
+	}
+	if r != "" {
+		return &CorruptEntryError{Index: e.Index, Offset: off, Path: path, Reason: r}
+	}
+	return nil
 }
 
 // maxBatch is the log's batch limit, which decodeEntry checks batches against.

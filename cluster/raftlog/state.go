@@ -34,6 +34,10 @@ type State struct {
 	// started again at FirstOffset (log.Reset); a crash before that finished is finished
 	// by the next Open.
 	ResetPending bool
+	// InstallPending: with ResetPending, the segment log is to take the segments a
+	// catch-up brought (CatchUpDir, log.FinishInstall) instead of starting empty; the next
+	// Open finishes an install a crash interrupted.
+	InstallPending bool
 }
 
 // State file layout: two slots of slotSize bytes. A save writes the slot that does not hold
@@ -44,7 +48,7 @@ type State struct {
 //	20 crc32c of bytes 8..20 and the payload | 24 payload
 //
 //	payload: term u64 | vote u64 | commit u64 | conf index u64 | snap index u64 |
-//	         snap term u64 | first offset i64 | flags u64 (bit 0: reset pending; the others 0) |
+//	         snap term u64 | first offset i64 | flags u64 (bit 0: reset pending; bit 1: install pending; the others 0) |
 //	         conf state (protobuf), the rest of the payload length
 //
 // Version 1 had no first offset and no flags (a fixed part of 6 fields); it is still read.
@@ -59,7 +63,8 @@ const (
 	fixedPayload1 = 6 * 8 // version 1
 	maxConfStateB = slotSize - slotHeader - fixedPayload
 
-	flagResetPending = 1 << 0
+	flagResetPending   = 1 << 0
+	flagInstallPending = 1 << 1
 )
 
 // ErrDamagedState is a state file with no valid slot. The replica must not start from it: its
@@ -215,6 +220,9 @@ func encodeSlot(dst []byte, seq uint64, st *State) ([]byte, error) {
 	if st.ResetPending {
 		flags |= flagResetPending
 	}
+	if st.InstallPending {
+		flags |= flagInstallPending
+	}
 	for _, v := range []uint64{st.HardState.Term, st.HardState.Vote, st.HardState.Commit, st.ConfIndex, st.SnapIndex, st.SnapTerm, uint64(st.FirstOffset), flags} {
 		dst = binary.BigEndian.AppendUint64(dst, v)
 	}
@@ -257,10 +265,11 @@ func decodeSlot(b []byte) (State, uint64, error) {
 	if fixed == fixedPayload {
 		st.FirstOffset = int64(u(6))
 		flags := u(7)
-		if flags&^flagResetPending != 0 || st.FirstOffset < -1 {
+		if flags&^(flagResetPending|flagInstallPending) != 0 || st.FirstOffset < -1 {
 			return st, 0, fmt.Errorf("flags 0x%x or first offset %d invalid", flags, st.FirstOffset)
 		}
 		st.ResetPending = flags&flagResetPending != 0
+		st.InstallPending = flags&flagInstallPending != 0
 	}
 	if err := st.ConfState.Unmarshal(payload[fixed:]); err != nil {
 		return st, 0, fmt.Errorf("membership: %v", err)

@@ -20,7 +20,7 @@ func sampleState(term uint64) State {
 		HardState: raftpb.HardState{Term: term, Vote: 2, Commit: 10 * term},
 		ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}},
 		ConfIndex: 3, SnapIndex: term, SnapTerm: term - 1,
-		FirstOffset: int64(term) * 100, ResetPending: term%2 == 0,
+		FirstOffset: int64(term) * 100, ResetPending: term%2 == 0, InstallPending: term%4 == 0,
 	}
 }
 
@@ -55,7 +55,7 @@ func TestStateVersion1(t *testing.T) {
 	}
 	// Version 2 refuses unknown flags and a first offset below -1.
 	for _, mangle := range []func(b []byte){
-		func(b []byte) { b[slotHeader+7*8+7] |= 2 },
+		func(b []byte) { b[slotHeader+7*8+7] |= 4 },
 		func(b []byte) { binary.BigEndian.PutUint64(b[slotHeader+6*8:], uint64(1<<63)) },
 	} {
 		good, _ := encodeSlot(nil, 1, &st)

@@ -23,7 +23,9 @@ import (
 //
 // Every Raft entry is one stored batch, whose leader epoch is the entry's term and whose raft
 // index is the entry's index (format 2, wire/batch.go): the index and term of any entry come
-// from the batch, and nothing is kept beside the log but the state file. A normal entry with
+// from the batch, and nothing is kept beside the log but the state file and the leader
+// epochs file (epochs.go: the first index of each term, which the terms read are checked
+// against, since the batch CRC does not cover them). A normal entry with
 // data holds a format-2 record batch (the PRODUCE batch the leader proposed), which Append
 // stores in place: it writes the term, the index and the base offset the log assigns into
 // the entry's own bytes, and every replica stores byte-identical batches, since each assigns
@@ -79,8 +81,14 @@ type Storage struct {
 	scratch   []byte // control batch encoding
 	rbuf      []byte // header walks
 	hdr       [wire.MaxBatchHeaderSize]byte
-	probes    int // headers read by searches, for tests
-	cacheHits int // Entries served from the cache, for tests
+	probes    int     // headers read by searches, for tests
+	cacheHits int     // Entries served from the cache, for tests
+	ep        *epochs // the leader epochs file (epochs.go)
+	// rebuilding: Open found no leader epochs file (or a damaged one) beside a log holding
+	// entries, and builds it from the entries its walk reads; those before are not covered.
+	rebuilding bool
+	gen        uint64 // bumped whenever entries are cut or the log reset (the scrub starts over)
+	scrub      scrubPos
 	// lostCommit is the commit index the state file recorded when Open found the log
 	// shorter (entries lost to a power loss under fsync=never, or to damage): the replica
 	// acknowledged entries it no longer holds (see LostCommit). 0 when none.
@@ -106,6 +114,16 @@ type Options struct {
 	// entry again to apply it once committed, and to send it to a follower a little behind.
 	// Default 4 MiB; negative: none.
 	CacheBytes int
+	// CutDamage makes Open cut the log at the first entry of the active segment whose batch
+	// header contradicts the raft log (a raft index out of sequence, a term the leader
+	// epochs file does not give it), rather than refuse to open: the replica lost the entries
+	// from there, which LostCommit reports, and its peers bring them back. Damage found
+	// later (sealed segments, when read) is a CorruptEntryError, for CutDamaged.
+	CutDamage bool
+	// CacheAppliedBytes bounds the cache once its oldest entries were applied (Applied): a
+	// group may cache what it has not applied yet up to CacheBytes, and keep this much after
+	// (default and at most CacheBytes).
+	CacheAppliedBytes int
 }
 
 // StateFileName is the raft state file in a replica's directory, beside the segments.
@@ -132,8 +150,10 @@ var (
 // Open opens (creating) the replica's Storage in dir: the segment log and raft.state. It
 // finishes a reset a crash interrupted (ApplySnapshot), checks that the first batch of the
 // raft log is entry SnapIndex+1, and walks the batch headers of the active segment (what the
-// log's own recovery read), checking that their raft indexes are consecutive and loading the
-// window; the last batch gives LastIndex. Sealed segments are checked when read.
+// log's own recovery read), checking that their raft indexes are consecutive and their terms
+// the leader epochs file's, and loading the window; the last batch gives LastIndex. A
+// damaged header there is cut with Options.CutDamage, else refused (CorruptEntryError).
+// Sealed segments are checked when read, and by Scrub.
 func Open(dir string, opts Options) (*Storage, error) {
 	if opts.Log.Producers != (log.ProducerOptions{}) {
 		return nil, errors.New("raftlog: Options.Log.Producers must be zero: a replica's log does not deduplicate")
@@ -146,6 +166,9 @@ func Open(dir string, opts Options) (*Storage, error) {
 	}
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = defaultCacheBytes
+	}
+	if opts.CacheAppliedBytes <= 0 {
+		opts.CacheAppliedBytes = opts.CacheBytes
 	}
 	fsys := opts.Log.FS
 	if fsys == nil {
@@ -161,6 +184,10 @@ func Open(dir string, opts Options) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := prepareOpen(fsys, dir, &st); err != nil {
+		sf.Close()
+		return nil, err
+	}
 	lopts := opts.Log
 	lopts.Producers.Disabled = true
 	l, err := log.Open(dir, lopts)
@@ -168,7 +195,18 @@ func Open(dir string, opts Options) (*Storage, error) {
 		sf.Close()
 		return nil, err
 	}
-	s := &Storage{dir: dir, opts: opts, l: l, sf: sf, st: st, win: newWindow(opts.Window, opts.CacheBytes)}
+	ep, found, err := loadEpochs(fsys, filepath.Join(dir, EpochsFileName))
+	if errors.Is(err, ErrBadEpochs) {
+		opts.Log.Logf("raftlog %s: %v: building it again from the log", dir, err)
+		found, err = false, nil
+	}
+	if err != nil {
+		l.Close()
+		sf.Close()
+		return nil, err
+	}
+	s := &Storage{dir: dir, opts: opts, l: l, sf: sf, st: st, ep: ep, win: newWindow(opts.Window, opts.CacheBytes, opts.CacheAppliedBytes)}
+	s.rebuilding = !found
 	if err := s.recover(); err != nil {
 		l.Close()
 		sf.Close()
@@ -181,9 +219,20 @@ func Open(dir string, opts Options) (*Storage, error) {
 func (s *Storage) recover() error {
 	st := &s.st
 	switch {
+	case st.ResetPending && st.InstallPending:
+		// InstallSnapshot recorded a snapshot; prepareOpen finished moving its segments in.
+		s.opts.Log.Logf("raftlog %s: finished installing the segments of a snapshot at index %d (offset %d)", s.dir, st.SnapIndex, st.FirstOffset)
+		st.ResetPending, st.InstallPending = false, false
+		if err := s.sf.Save(*st, true); err != nil {
+			return err
+		}
 	case st.ResetPending:
 		// ApplySnapshot recorded a snapshot and did not finish emptying the log.
 		s.opts.Log.Logf("raftlog %s: finishing the reset to offset %d of a snapshot at index %d", s.dir, st.FirstOffset, st.SnapIndex)
+		s.ep.list, s.rebuilding = nil, false
+		if err := s.ep.save(); err != nil {
+			return err
+		}
 		if err := s.l.Reset(st.FirstOffset); err != nil {
 			return err
 		}
@@ -217,19 +266,44 @@ func (s *Storage) recover() error {
 		return fmt.Errorf("%w: %s: the raft log starts at offset %d (entry %d), but the log holds [%d, %d)",
 			ErrCorrupt, s.dir, st.FirstOffset, st.SnapIndex+1, start, next)
 	}
-	s.last, s.lastTerm = st.SnapIndex, st.SnapTerm
-	if st.FirstOffset < next {
-		h, path, _, err := s.headerAt(st.FirstOffset)
-		if err != nil {
+	var held, logLast uint64 // the last entry held before a cut (it may have acknowledged it)
+	for cuts := 0; ; cuts++ {
+		err := s.walk()
+		var ce *CorruptEntryError
+		if cuts == 0 {
+			logLast = s.last // the last entry of what the log's own Open kept
+			if errors.As(err, &ce) {
+				logLast = s.lastHeld(ce)
+			}
+		}
+		if err == nil || !s.opts.CutDamage || !errors.As(err, &ce) || cuts >= maxOpenCuts {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		// The CRC does not cover a batch's term and index: the log's own recovery kept it.
+		s.opts.Log.Logf("raftlog %s: %v: cutting the log there; the other replicas bring the rest back", s.dir, ce)
+		held = max(held, s.lastHeld(ce))
+		if err := s.l.TruncateFrom(ce.Offset); err != nil {
 			return err
 		}
-		if h.BaseOffset != st.FirstOffset || h.RaftIndex != st.SnapIndex+1 {
-			return fmt.Errorf("%w: %s: the batch at offset %d has raft index %d, want %d (the entry after the snapshot at %d, at offset %d)",
-				ErrCorrupt, path, h.BaseOffset, h.RaftIndex, st.SnapIndex+1, st.SnapIndex, st.FirstOffset)
-		}
-		if err := s.walkTail(); err != nil {
+	}
+	if t := s.l.DamagedTail(); t != nil {
+		// The log's Open cut a damaged batch (its CRC) and the valid ones after it.
+		held = max(held, logLast+countBatches(t))
+	}
+	if s.ep.dropFrom(s.last+1) || s.rebuilding {
+		// Epochs past the log's end: a crash after an epoch was saved and before its entry
+		// was stored, or entries lost or cut since.
+		if err := s.ep.save(); err != nil {
 			return err
 		}
+		if s.rebuilding && s.last > st.SnapIndex {
+			s.opts.Log.Logf("raftlog %s: %s built again from the log: entries %d-%d checked against it, those before by their order only",
+				s.dir, EpochsFileName, s.ep.list[0].first, s.last)
+		}
+		s.rebuilding = false
 	}
 	if hs := &st.HardState; hs.Commit > s.last || hs.Commit < st.SnapIndex {
 		// Entries that the fsync policy left unsynced were lost with the power while a
@@ -240,7 +314,97 @@ func (s *Storage) recover() error {
 		}
 		hs.Commit = min(max(hs.Commit, st.SnapIndex), s.last)
 	}
+	if held > s.last {
+		// The replica may have acknowledged entries its commit index does not reach yet:
+		// its leader counts them as stored here, and ignores a refusal below them unless
+		// the replica says it lost entries (LostCommit).
+		s.lostCommit = max(s.lostCommit, held)
+	}
 	return nil
+}
+
+// countBatches is how many batches b holds, framed by their lengths; where a length cannot
+// be trusted, the most the rest could hold.
+func countBatches(b []byte) uint64 {
+	var n uint64
+	for p := 0; p < len(b); {
+		size := wire.BatchSize(b[p:])
+		if size < wire.BatchHeaderSize || size > len(b)-p {
+			return n + uint64((len(b)-p)/wire.BatchHeaderSize2) + 1
+		}
+		n++
+		p += size
+	}
+	return n
+}
+
+// lastHeld is the index of the last entry the log holds, at Open, when the batch ce names
+// is damaged (the walk stopped there): the raft index of the log's last batch when it is
+// plausible, else the most entries the offsets from the damaged batch on can hold after the
+// entry before it. s.mu held, or Open.
+func (s *Storage) lastHeld(ce *CorruptEntryError) uint64 {
+	next, prev := s.l.NextOffset(), s.last
+	if ce.Offset > s.st.FirstOffset { // the walk may have stopped before it read the batch before
+		if h, _, nb, err := s.headerAt(ce.Offset - 1); err == nil && nb == ce.Offset {
+			prev = max(prev, h.RaftIndex)
+		}
+	}
+	bound := prev + uint64(max(next-ce.Offset, 1))
+	if h, _, nb, err := s.headerAt(next - 1); err == nil && nb == next && h.RaftIndex > prev && h.RaftIndex <= bound {
+		return h.RaftIndex
+	}
+	return bound
+}
+
+// maxOpenCuts bounds the cuts of damaged entries at Open (each cut walks again).
+const maxOpenCuts = 8
+
+// walk checks the raft log's first batch and walks the active segment (walkTail), from an
+// empty window: the last entry it reaches is LastIndex. s.mu held, or Open.
+func (s *Storage) walk() error {
+	st := &s.st
+	s.win.reset()
+	s.cur = cursor{}
+	s.last, s.lastTerm = st.SnapIndex, st.SnapTerm
+	if s.rebuilding {
+		s.ep.list = s.ep.list[:0]
+	}
+	if st.FirstOffset >= s.l.NextOffset() {
+		return nil
+	}
+	h, path, _, err := s.headerAt(st.FirstOffset)
+	if err != nil {
+		return err
+	}
+	if h.BaseOffset != st.FirstOffset || h.RaftIndex != st.SnapIndex+1 {
+		return &CorruptEntryError{Index: st.SnapIndex + 1, Offset: st.FirstOffset, Path: path,
+			Reason: fmt.Sprintf("base offset %d, raft index %d: not the entry after the snapshot at %d", h.BaseOffset, h.RaftIndex, st.SnapIndex)}
+	}
+	return s.walkTail()
+}
+
+// termProblem says what is wrong with term as the term of entry i, "" when nothing: it must
+// be the one the leader epochs file gives it, or, for an entry older than the file's first
+// epoch, at most that epoch's term (at most the HardState's term when the file has none).
+// s.mu held.
+func (s *Storage) termProblem(i, term uint64) string {
+	if s.rebuilding {
+		return ""
+	}
+	if t, ok := s.ep.termAt(i); ok {
+		if term != t {
+			return fmt.Sprintf("term %d, but %s says entry %d is in term %d", term, EpochsFileName, i, t)
+		}
+		return ""
+	}
+	bound, what := s.st.HardState.Term, "the raft state's term"
+	if len(s.ep.list) > 0 {
+		bound, what = s.ep.list[0].term, fmt.Sprintf("the term of entry %d", s.ep.list[0].first)
+	}
+	if term > bound {
+		return fmt.Sprintf("term %d is past %s, %d", term, what, bound)
+	}
+	return ""
 }
 
 // CorruptEntryError is an entry whose stored batch is damaged (errors.Is ErrCorrupt): its
@@ -259,19 +423,29 @@ func (e *CorruptEntryError) Error() string {
 
 func (e *CorruptEntryError) Unwrap() error { return ErrCorrupt }
 
-// CutDamaged cuts the log at entry i, committed or not, because its batch is damaged: this
-// replica loses entries it had acknowledged, which LostCommit reports from then on (its
-// commit index is lowered to the log's end in memory, as Open does for a short log), and
-// its peers bring them back. Call it before the replica starts. i must be after the
-// snapshot.
-func (s *Storage) CutDamaged(i uint64) error {
+// CutDamaged cuts the log at the damaged entry ce names (its index and the offset of its
+// batch, as found: the log's search by offsets could meet the same damage), committed or
+// not: this replica loses entries it had acknowledged, which LostCommit reports from then on
+// (its commit index is lowered to the log's end in memory, as Open does for a short log),
+// and its peers bring them back. Call it while the replica is stopped. The entry must be
+// after the snapshot.
+func (s *Storage) CutDamaged(ce *CorruptEntryError) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i <= s.st.SnapIndex || i > s.last {
-		return fmt.Errorf("raftlog %s: cannot cut at entry %d: the log holds entries %d-%d after its snapshot", s.dir, i, s.st.SnapIndex+1, s.last)
+	i := ce.Index
+	if i <= s.st.SnapIndex || i > s.last || ce.Offset < s.st.FirstOffset || ce.Offset >= s.l.NextOffset() {
+		return fmt.Errorf("raftlog %s: cannot cut at entry %d (offset %d): the log holds entries %d-%d after its snapshot, offsets [%d, %d)",
+			s.dir, i, ce.Offset, s.st.SnapIndex+1, s.last, s.st.FirstOffset, s.l.NextOffset())
 	}
-	if err := s.truncateFrom(i); err != nil {
+	held := s.last // it may have acknowledged them all (see recover)
+	if err := s.truncateAt(i, ce.Offset); err != nil {
 		return err
+	}
+	s.lostCommit = max(s.lostCommit, held)
+	if s.ep.dropFrom(i) {
+		if err := s.ep.save(); err != nil {
+			return s.fail(err)
+		}
 	}
 	if hs := &s.st.HardState; hs.Commit > s.last {
 		s.lostCommit = max(s.lostCommit, hs.Commit)
@@ -281,7 +455,9 @@ func (s *Storage) CutDamaged(i uint64) error {
 }
 
 // LostCommit is the commit index this replica had recorded before Open found its log ending
-// below it, 0 when the log holds everything it committed. Such a replica acknowledged
+// below it, or the last entry it held before a damaged one was cut (it may have
+// acknowledged entries past its own commit index), 0 when the log holds everything it
+// committed and acknowledged. Such a replica acknowledged
 // entries it lost: it must not vote until it holds them again (replica.Config.LostCommit),
 // and its leader must forget what it acknowledged (see cluster/replica).
 func (s *Storage) LostCommit() uint64 {
@@ -334,6 +510,11 @@ func (s *Storage) term(i uint64) (uint64, error) {
 	case i == s.last:
 		return s.lastTerm, nil
 	}
+	if t, ok := s.ep.termAt(i); ok {
+		// Every stored entry's term agrees with the file (checked when read), and the file
+		// needs no read: a term field damaged on disk cannot mislead raft's log matching.
+		return t, nil
+	}
 	if p, ok := s.win.get(i); ok {
 		return p.term, nil
 	}
@@ -349,6 +530,17 @@ func (s *Storage) term(i uint64) (uint64, error) {
 // read below it, and no batch below it is ever replaced. raft.ErrCompacted below SnapIndex,
 // raft.ErrUnavailable past LastIndex.
 func (s *Storage) OffsetAfter(i uint64) (int64, error) {
+	return s.offsetAfterApplied(i, false)
+}
+
+// Applied says the entries up to i were applied: the cache keeps at most
+// Options.CacheAppliedBytes of them. It returns OffsetAfter(i), which the caller of Applied
+// wants too (the partition's high watermark), under one lock.
+func (s *Storage) Applied(i uint64) (int64, error) {
+	return s.offsetAfterApplied(i, true)
+}
+
+func (s *Storage) offsetAfterApplied(i uint64, applied bool) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -359,6 +551,10 @@ func (s *Storage) OffsetAfter(i uint64) (int64, error) {
 	case i > s.last:
 		return 0, raft.ErrUnavailable
 	}
+	if applied && i > s.win.applied {
+		s.win.applied = i
+		s.win.trim()
+	}
 	return s.offsetAfter(i)
 }
 
@@ -368,11 +564,8 @@ func (s *Storage) OffsetAfter(i uint64) (int64, error) {
 // one as of the snapshot's index. Its data (snapdata.go) is the offset of the entry after the
 // snapshot's index, where the receiver's log goes on.
 //
-// The contract left for the catch-up from whole segments (a later piece): a receiver of this
-// snapshot holds no batch below that offset; the sender is to give it its segments up to the
-// snapshot's index (data version 2: the segment list), so that every replica holds the
-// partition's messages from the log start on. Until then a replica that received a snapshot
-// serves the partition from the snapshot's offset on.
+// A receiver of this snapshot (version-1 data) holds no batch below that offset; SnapshotAt
+// (catchup.go) makes the snapshot whose receiver fetches the segments below it.
 func (s *Storage) Snapshot() (raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

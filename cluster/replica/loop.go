@@ -43,6 +43,13 @@ func (r *Replica) run() {
 			req <- r.progress()
 		case f := <-r.ctl:
 			f(r.rn)
+		case req := <-r.restarts:
+			err := r.restart(req)
+			req.done <- err
+			if err != nil {
+				r.cfg.Logger.Errorf("replica %d of group %d stops: %v", r.cfg.ID, r.cfg.Group, err)
+				return
+			}
 		}
 		if r.rn.HasReady() {
 			if err := r.handleReady(); err != nil {
@@ -148,6 +155,14 @@ func (r *Replica) forward(p *Proposal) {
 func (r *Replica) proposeConfChange(cc raftpb.ConfChangeV2) error {
 	if r.term == 0 && !r.cfg.ForwardProposals {
 		return &NotLeaderError{Leader: r.rn.BasicStatus().Lead}
+	}
+	for _, c := range cc.Changes {
+		if c.Type != raftpb.ConfChangeAddLearnerNode {
+			continue
+		}
+		if _, voter := r.rn.Status().Config.Voters[0][c.NodeID]; voter {
+			return fmt.Errorf("%w: node %d of group %d", ErrStaleChange, c.NodeID, r.cfg.Group)
+		}
 	}
 	switch err := r.rn.ProposeConfChange(cc); err {
 	case nil:
@@ -431,7 +446,10 @@ func (r *Replica) addBack() {
 			continue
 		}
 		if r.term == 0 {
-			r.cfg.Logger.Errorf("group %d: node %d was removed to be brought up again, and this replica lost the leadership before adding it back: add it with a membership change", r.cfg.Group, node)
+			// A partition's next leader adds it back: the broker heals a group that lacks a
+			// replica the metadata lists (broker/clusterheal.go). The metadata group's
+			// members are listed nowhere else, so there it takes a membership change.
+			r.cfg.Logger.Warningf("group %d: node %d was removed to be brought up again, and this replica lost the leadership before adding it back: a partition's next leader adds it back; for the metadata group, add it with a membership change", r.cfg.Group, node)
 			delete(r.resets, node)
 			continue
 		}

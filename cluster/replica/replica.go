@@ -97,6 +97,11 @@ var (
 	// ErrSnapshotCovered: a snapshot from the leader replaced this replica's log before the
 	// proposal's entry was applied here, so the replica cannot tell whether it is stored.
 	ErrSnapshotCovered = errors.New("a snapshot covered the proposal's index; outcome unknown")
+	// ErrStaleChange: a membership change that would make a voter a learner, refused.
+	// Nothing in LightQ demotes a voter: such a change comes from a view of the group older
+	// than the group (a learner added by a mover that had not yet seen the member come back
+	// as a voter), and applying it would take a vote from an up-to-date member.
+	ErrStaleChange = errors.New("membership change from a stale view: it would make a voter a learner")
 )
 
 // NotLeaderError is a proposal to a replica that is not the leader. Leader is the leader it
@@ -174,6 +179,7 @@ type Replica struct {
 	unreachable chan uint64
 	progressReq chan chan []Progress
 	ctl         chan func(*raft.RawNode)
+	restarts    chan restartReq
 	stop        chan struct{}
 	stopped     chan struct{}
 	stopOnce    sync.Once
@@ -221,28 +227,11 @@ func Start(cfg Config) (*Replica, error) {
 		cfg.MaxUncommittedBytes = 64 << 20
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = discardLogger{}
+		cfg.Logger = LogfLogger{}
 	}
-	rc := &raft.Config{
-		ID:                        cfg.ID,
-		ElectionTick:              cfg.ElectionTicks,
-		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   cfg.Storage,
-		Applied:                   cfg.Applied,
-		MaxSizePerMsg:             cfg.MaxSizePerMsg,
-		MaxInflightMsgs:           cfg.MaxInflight,
-		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		DisableProposalForwarding: !cfg.ForwardProposals,
-		// A leader that applies its own removal steps down, so that the group elects one of
-		// its members; otherwise it would go on leading a group it is no member of.
-		StepDownOnRemoval: true,
-		Logger:            cfg.Logger,
-	}
-	rn, err := raft.NewRawNode(rc)
+	rn, err := newRawNode(&cfg, cfg.Applied)
 	if err != nil {
-		return nil, fmt.Errorf("replica %d of group %d: %w", cfg.ID, cfg.Group, err)
+		return nil, err
 	}
 	if last, err := cfg.Storage.LastIndex(); err != nil {
 		return nil, err
@@ -269,11 +258,104 @@ func Start(cfg Config) (*Replica, error) {
 		unreachable: make(chan uint64, 64),
 		progressReq: make(chan chan []Progress),
 		ctl:         make(chan func(*raft.RawNode), 16),
+		restarts:    make(chan restartReq),
 		stop:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
 	go r.run()
 	return r, nil
+}
+
+// newRawNode makes the replica's raft from cfg.Storage, applied up to applied.
+func newRawNode(cfg *Config, applied uint64) (*raft.RawNode, error) {
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   cfg.Storage,
+		Applied:                   applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           cfg.MaxInflight,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: !cfg.ForwardProposals,
+		// A leader that applies its own removal steps down, so that the group elects one of
+		// its members; otherwise it would go on leading a group it is no member of.
+		StepDownOnRemoval: true,
+		Logger:            cfg.Logger,
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("replica %d of group %d: %w", cfg.ID, cfg.Group, err)
+	}
+	return rn, nil
+}
+
+// restartReq asks the loop to restart raft (Restart).
+type restartReq struct {
+	repair func() (lostCommit uint64, err error)
+	done   chan error
+}
+
+// ErrRestarted ends the proposals waiting when the replica restarts its raft (Restart):
+// their outcome is unknown, as after a leadership change.
+var ErrRestarted = errors.New("replica: restarted to repair its log; the outcome is unknown")
+
+// Restart stops this replica's raft between two Readies, runs repair, and starts raft again
+// from the Storage, as Start does, applied up to what it had applied (at most the log's end
+// after repair). repair may cut the Storage's log (a damaged batch found at run time: raft's
+// in-memory log must not outlive it); it returns the commit index the replica had
+// acknowledged beyond its log (Config.LostCommit), which makes it abstain from votes and its
+// leader re-add it until its log holds those entries again. Proposals waiting end with
+// ErrRestarted, and the replica restarts as a follower. A repair error stops the replica (it
+// cannot know its log). Safe for concurrent use; it waits for the loop. Call it on a
+// follower: a leader hands its leadership over first (TransferLeadership).
+func (r *Replica) Restart(repair func() (uint64, error)) error {
+	req := restartReq{repair: repair, done: make(chan error, 1)}
+	select {
+	case r.restarts <- req:
+	case <-r.stopped:
+		return ErrStopped
+	}
+	return <-req.done
+}
+
+// restart is Restart on the loop's goroutine; an error stops the loop.
+func (r *Replica) restart(req restartReq) error {
+	applied := r.rn.BasicStatus().Applied
+	for _, p := range r.unassigned {
+		p.finish(ErrRestarted)
+	}
+	for _, p := range r.waiting {
+		p.finish(ErrRestarted)
+	}
+	r.unassigned, r.waiting = r.unassigned[:0], r.waiting[:0]
+	lost, err := req.repair()
+	if err != nil {
+		return fmt.Errorf("repair: %w", err)
+	}
+	last, err := r.cfg.Storage.LastIndex()
+	if err != nil {
+		return err
+	}
+	hs, _, err := r.cfg.Storage.InitialState()
+	if err != nil {
+		return err
+	}
+	rn, err := newRawNode(&r.cfg, min(applied, last, hs.Commit))
+	if err != nil {
+		return err
+	}
+	r.rn = rn
+	r.cfg.LostCommit = max(r.cfg.LostCommit, lost)
+	r.term, r.termStart = 0, 0
+	clear(r.resets)
+	st := r.publishStatus()
+	if r.cfg.Advanced != nil {
+		r.cfg.Advanced(st)
+	}
+	return nil
 }
 
 // Step hands a message from a peer to the replica without blocking; it is dropped when the
@@ -367,7 +449,8 @@ type confChange struct {
 
 // ProposeConfChange asks the group to change its membership (a ConfChangeV2: one change, or
 // several through joint consensus). It fails as Propose does (*NotLeaderError, ErrBusy,
-// ErrStopped); nil means raft took it (appended on the leader, or forwarded to it), not that
+// ErrStopped), and with ErrStaleChange for a change that adds as a learner a node that is a
+// voter in the membership this replica applied; nil means raft took it (appended on the leader, or forwarded to it), not that
 // it will be applied: raft turns a change proposed while another is pending into an empty
 // entry, and a forward can be lost. The caller watches the membership the replica saves
 // (ConfStateSaver) and proposes again if it does not change. It blocks until the replica's
@@ -433,20 +516,3 @@ type snapSent struct {
 	to uint64
 	ok bool
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Debug(...any)            {}
-func (discardLogger) Debugf(string, ...any)   {}
-func (discardLogger) Error(...any)            {}
-func (discardLogger) Errorf(string, ...any)   {}
-func (discardLogger) Info(...any)             {}
-func (discardLogger) Infof(string, ...any)    {}
-func (discardLogger) Warning(...any)          {}
-func (discardLogger) Warningf(string, ...any) {}
-func (discardLogger) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
-func (discardLogger) Fatalf(f string, v ...any) {
-	panic(fmt.Sprintf(f, v...))
-}
-func (discardLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
-func (discardLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }

@@ -574,3 +574,38 @@ func TestTransferLeadership(t *testing.T) {
 	c.proposeAll("after", 3, to)
 	exactlyOnce(t, c.converged(1, 2, 3), "after", 3)
 }
+
+// TestStaleLearnerChangeRefused: a change that would make a voter a learner (a view of the
+// group older than the group: a mover adding back a member the group re-added meanwhile) is
+// refused, and the voters stay; adding a node that is not a voter as a learner is taken.
+func TestStaleLearnerChangeRefused(t *testing.T) {
+	c := newCluster(t, storageKinds[1], 10, 1, 2, 3)
+	c.proposeAll("s", 3)
+	l := c.leader()
+	voter := l.id%3 + 1
+	demote := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: voter}}}
+	if err := l.rep.ProposeConfChange(demote); !errors.Is(err, ErrStaleChange) {
+		t.Fatalf("making voter %d a learner: %v, want ErrStaleChange", voter, err)
+	}
+	learner := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 9}}}
+	if err := l.rep.ProposeConfChange(learner); err != nil {
+		t.Fatalf("adding node 9 as a learner: %v", err)
+	}
+	c.waitUntil("node 9 a learner", func() bool {
+		for _, p := range l.rep.Progress() {
+			if p.ID == 9 {
+				return !p.Voter
+			}
+		}
+		return false
+	})
+	voters := 0
+	for _, p := range l.rep.Progress() {
+		if p.Voter {
+			voters++
+		}
+	}
+	if voters != 3 {
+		t.Fatalf("%d voters after the refused change", voters)
+	}
+}

@@ -19,6 +19,15 @@
 // raft probes it again instead of streaming into the void. Nothing here blocks a caller of
 // Send.
 //
+// Segment streams (segments.go, whose comment has the layout) carry a group's segment files
+// to a follower catching up from whole segments (cluster/raftlog, catchup.go): a connection
+// of its own, dialled by the follower with the segment magic in its hello (the MACs use
+// their own role strings, so a proof for one kind of stream is none for the other), one
+// request, then chunk frames of at most MaxSegmentChunk, the file ranges sent with
+// sendfile(2) when the connection is TCP; TCP's window is the flow control, and each side
+// holds one chunk. Config.Segments gives the log of a group this broker holds; FetchSegments
+// is the follower's side.
+//
 // Faults (faults.go) sits in the send path for tests: drop, delay (and so reorder), duplicate
 // and partition sets of nodes, deterministically under a seed.
 //
@@ -26,7 +35,7 @@
 // queue and what was sent and dropped: counted with atomics once per frame written or message
 // dropped, so a metrics scrape reads them at no cost to the senders.
 //
-// Concurrency: Send, SetPeer, RemovePeer, PeerStats and Close are safe from any goroutine. The handler
+// Concurrency: Send, SetPeer, RemovePeer, PeerStats, FetchSegments and Close are safe from any goroutine. The handler
 // runs on the receiving connection's goroutine, one call per frame, in frame order per peer; a
 // slow handler slows only that peer's stream.
 package transport

@@ -26,9 +26,11 @@ type Faults struct {
 	side     map[uint64]int // partition side per node; nodes on different sides cannot talk
 	timers   map[*time.Timer]struct{}
 	stopped  bool
+	segCut   int64 // cut the next segment stream served after this many data bytes
 
 	// Counters of what was done, for tests to check that faults happened.
 	Dropped, Duplicated, Delayed, Cut int
+	SegmentCuts                       int // segment streams cut (CutSegmentStream)
 }
 
 // NewFaults returns a Faults that injects nothing until told, with its decisions seeded.
@@ -136,4 +138,23 @@ func (f *Faults) Stop() {
 		tm.Stop()
 	}
 	clear(f.timers)
+}
+
+// CutSegmentStream makes the next segment stream any transport sharing f serves drop its
+// connection once it has sent about n bytes of data (once).
+func (f *Faults) CutSegmentStream(n int64) { f.mu.Lock(); f.segCut = n; f.mu.Unlock() }
+
+// segmentCut takes the armed cut (0: none).
+func (f *Faults) segmentCut() int64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.segCut
+	if n > 0 {
+		f.segCut = 0
+		f.SegmentCuts++
+	}
+	return n
 }

@@ -42,12 +42,13 @@ var (
 )
 
 type hello struct {
+	magic    string // handshakeMagic (message stream) or segMagic (segment stream)
 	from, to uint64
 	nonce    [nonceSize]byte
 }
 
 func (h *hello) append(dst []byte) []byte {
-	dst = append(dst, handshakeMagic...)
+	dst = append(dst, h.magic...)
 	dst = append(dst, handshakeVersion)
 	dst = binary.BigEndian.AppendUint64(dst, h.from)
 	dst = binary.BigEndian.AppendUint64(dst, h.to)
@@ -59,7 +60,8 @@ func parseHello(b []byte) (hello, error) {
 	if len(b) != helloSize {
 		return h, fmt.Errorf("%w: hello of %d bytes", ErrAuth, len(b))
 	}
-	if string(b[:4]) != handshakeMagic {
+	h.magic = string(b[:4])
+	if h.magic != handshakeMagic && h.magic != segMagic {
 		return h, fmt.Errorf("%w: not a LightQ cluster peer (first bytes %q)", ErrAuth, b[:4])
 	}
 	if b[4] != handshakeVersion {
@@ -72,6 +74,9 @@ func parseHello(b []byte) (hello, error) {
 }
 
 func handshakeMAC(secret []byte, role string, h *hello, nonceL []byte) []byte {
+	if h.magic == segMagic { // a proof for one kind of stream is no proof for the other
+		role = map[string]string{roleListener: roleSegListener, roleDialer: roleSegDialer}[role]
+	}
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(role))
 	var ids [16]byte
@@ -88,9 +93,14 @@ const (
 	roleDialer   = "lightq cluster dialer"
 )
 
-// dialHandshake runs the dialer's side on rw.
+// dialHandshake runs the dialer's side of a message stream on rw.
 func dialHandshake(rw io.ReadWriter, secret []byte, from, to uint64) error {
-	h := hello{from: from, to: to}
+	return dialHandshakeKind(rw, secret, from, to, handshakeMagic)
+}
+
+// dialHandshakeKind runs the dialer's side on rw for a stream of the kind magic names.
+func dialHandshakeKind(rw io.ReadWriter, secret []byte, from, to uint64, magic string) error {
+	h := hello{magic: magic, from: from, to: to}
 	if _, err := rand.Read(h.nonce[:]); err != nil {
 		return err
 	}
@@ -118,36 +128,37 @@ func dialHandshake(rw io.ReadWriter, secret []byte, from, to uint64) error {
 	return nil
 }
 
-// acceptHandshake runs the listener's side on rw and returns the dialer's node id.
-func acceptHandshake(rw io.ReadWriter, secret []byte, self uint64) (uint64, error) {
+// acceptHandshake runs the listener's side on rw and returns the dialer's node id and the
+// kind of stream it opens (handshakeMagic or segMagic).
+func acceptHandshake(rw io.ReadWriter, secret []byte, self uint64) (uint64, string, error) {
 	var b [helloSize]byte
 	if _, err := io.ReadFull(rw, b[:]); err != nil {
-		return 0, fmt.Errorf("%w: read hello: %v", ErrAuth, err)
+		return 0, "", fmt.Errorf("%w: read hello: %v", ErrAuth, err)
 	}
 	h, err := parseHello(b[:])
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	var ans [answerSize]byte
 	if h.to != self {
 		ans[0] = statusWrongNode
 	}
 	if _, err := rand.Read(ans[1 : 1+nonceSize]); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	copy(ans[1+nonceSize:], handshakeMAC(secret, roleListener, &h, ans[1:1+nonceSize]))
 	if _, err := rw.Write(ans[:]); err != nil {
-		return 0, fmt.Errorf("send answer: %w", err)
+		return 0, "", fmt.Errorf("send answer: %w", err)
 	}
 	if h.to != self {
-		return 0, fmt.Errorf("%w: node %d dialled %d, this is %d", ErrWrongNode, h.from, h.to, self)
+		return 0, "", fmt.Errorf("%w: node %d dialled %d, this is %d", ErrWrongNode, h.from, h.to, self)
 	}
 	var proof [macSize]byte
 	if _, err := io.ReadFull(rw, proof[:]); err != nil {
-		return 0, fmt.Errorf("%w: read proof from node %d: %v", ErrAuth, h.from, err)
+		return 0, "", fmt.Errorf("%w: read proof from node %d: %v", ErrAuth, h.from, err)
 	}
 	if !hmac.Equal(proof[:], handshakeMAC(secret, roleDialer, &h, ans[1:1+nonceSize])) {
-		return 0, fmt.Errorf("%w: node %d does not know the cluster secret", ErrAuth, h.from)
+		return 0, "", fmt.Errorf("%w: node %d does not know the cluster secret", ErrAuth, h.from)
 	}
-	return h.from, nil
+	return h.from, h.magic, nil
 }

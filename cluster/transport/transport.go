@@ -20,7 +20,8 @@ type Config struct {
 	// Secret is the cluster secret every broker of the cluster shares (at least 16 bytes).
 	Secret []byte
 	// Handler receives the envelopes of each frame, on that peer connection's goroutine. It
-	// owns the messages.
+	// owns the messages: their entries' data and contexts point into the frame's buffer,
+	// which the transport gives up to them (it is not reused).
 	Handler func(from uint64, envs []Envelope)
 	// Unreachable, if set, is told when a message to node was dropped (queue full, peer not
 	// connected, write failed), so raft can be told with ReportUnreachable. It may be called
@@ -38,6 +39,10 @@ type Config struct {
 	// RedialMin and RedialMax bound the backoff between dials to a dead peer (default 50 ms,
 	// 1 s), with jitter.
 	RedialMin, RedialMax time.Duration
+	// Segments, if set, gives the segment log of a group this broker holds a replica of,
+	// for the segment streams of followers catching up (segments.go); nil for none. It may
+	// be called from any goroutine.
+	Segments func(group uint64) SegmentSource
 	// Faults, if set, is consulted for every message sent (tests only).
 	Faults *Faults
 }
@@ -243,16 +248,23 @@ func (t *Transport) serveInbound(c net.Conn) {
 		_ = c.Close() // done with it either way
 	}()
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout)) // a failure shows on the next read
-	from, err := acceptHandshake(c, t.cfg.Secret, t.cfg.NodeID)
+	from, kind, err := acceptHandshake(c, t.cfg.Secret, t.cfg.NodeID)
 	if err != nil {
 		t.cfg.Logf("cluster connection from %s refused: %v", c.RemoteAddr(), err)
+		return
+	}
+	if kind == segMagic {
+		t.serveSegments(c, from)
 		return
 	}
 	_ = c.SetDeadline(time.Time{}) // raft heartbeats keep a live stream busy
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [frameHeaderSize]byte
 	var buf []byte
-	var envs []Envelope
+	var (
+		envs []Envelope
+		slab entrySlab
+	)
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -275,14 +287,18 @@ func (t *Transport) serveInbound(c net.Conn) {
 			return
 		}
 		envs = envs[:0]
-		if err := decodeFrame(buf, func(e Envelope) { envs = append(envs, e) }); err != nil {
+		aliased, err := decodeFrameInto(buf, &slab, func(e Envelope) { envs = append(envs, e) })
+		if err != nil {
 			t.cfg.Logf("cluster stream from node %d: %v", from, err)
 			return
 		}
 		t.cfg.Handler(from, envs)
 		clear(envs) // the handler owns the messages; drop our references
-		if cap(buf) > 4<<20 {
-			buf = nil // one huge frame does not pin its buffer for the connection's life
+		if aliased || cap(buf) > 4<<20 {
+			// The messages' entries point into buf (the follower's only copy of the data
+			// before the segment file): the next frame gets a buffer of its own. Else one
+			// huge frame would pin its buffer for the connection's life.
+			buf = nil
 		}
 	}
 }

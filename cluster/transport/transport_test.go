@@ -225,7 +225,7 @@ func TestHandshakeCases(t *testing.T) {
 			var from uint64
 			go func() {
 				var err error
-				from, err = acceptHandshake(b, testSecret, 1)
+				from, _, err = acceptHandshake(b, testSecret, 1)
 				if err != nil {
 					_ = b.Close() // the dialer's pending read ends
 				}

@@ -44,7 +44,7 @@
 //	CHAOS_CYCLES       fault cycles over the three runs (TestChaos runs only when set)
 //	CHAOS_SEED         seed of every random choice (default: the clock; always logged)
 //	CHAOS_FAULTS       a comma-separated subset of the faults (faults_test.go allFaults)
-//	CHAOS_FLIP_ANY     1: a bit flip may also hit a batch's leader epoch, outside its CRC
+//	CHAOS_FLIP_ANY     1: bitflip-follower may also hit a batch's leader epoch (epochflip-follower always does)
 //	CHAOS_RUN_TIMEOUT  bound of one run (default 3 min a cycle + 5 min)
 //	CHAOS_BIN          a lightq binary to test instead of building cmd/lightq
 package chaos

@@ -333,8 +333,8 @@ func TestFollowerChoice(t *testing.T) {
 	}
 }
 
-// TestDamage: flipBit changes exactly one bit, never in a leader epoch; truncateSegment
-// shortens the newest segment with data.
+// TestDamage: flipBit changes exactly one bit, never in a leader epoch unless asked to, and
+// then always there; truncateSegment shortens the newest segment with data.
 func TestDamage(t *testing.T) {
 	log := buildLog(t, []batchSpec{{ids: []MsgID{{1, 0}, {1, 1}}}, {control: true}, {ids: []MsgID{{1, 2}}}})
 	dir := t.TempDir()
@@ -342,11 +342,12 @@ func TestDamage(t *testing.T) {
 	orig := concat(log)
 	rng := rand.New(rand.NewPCG(3, 4))
 	starts := []int{0, len(log[0]), len(log[0]) + len(log[1])}
-	for i := 0; i < 50; i++ {
+	for i := 0; i < 100; i++ {
 		if err := os.WriteFile(seg, orig, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		what, err := flipBit(dir, rng)
+		epoch := i%2 == 1
+		what, err := flipBit(dir, rng, epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,10 +367,12 @@ func TestDamage(t *testing.T) {
 		if x := got[diff] ^ orig[diff]; x&(x-1) != 0 {
 			t.Fatalf("%s: %#x is more than one bit", what, x)
 		}
+		inEpoch := false
 		for _, s := range starts {
-			if diff >= s+20 && diff < s+24 {
-				t.Fatalf("%s: a leader epoch changed", what)
-			}
+			inEpoch = inEpoch || diff >= s+20 && diff < s+24
+		}
+		if inEpoch != epoch {
+			t.Fatalf("%s: in a leader epoch %v, asked for %v", what, inEpoch, epoch)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000004.log"), nil, 0o644); err != nil {
@@ -383,7 +386,7 @@ func TestDamage(t *testing.T) {
 	if fi.Size() >= int64(len(orig)) || !strings.Contains(what, "00000000000000000000.log") {
 		t.Fatalf("%s: %d bytes", what, fi.Size())
 	}
-	if _, err := flipBit(t.TempDir(), rng); err == nil {
+	if _, err := flipBit(t.TempDir(), rng, false); err == nil {
 		t.Fatal("flipBit in an empty dir")
 	}
 	if _, err := truncateSegment(t.TempDir(), rng); err == nil {

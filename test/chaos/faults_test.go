@@ -22,17 +22,18 @@ import (
 type faultKind string
 
 const (
-	killLeader       faultKind = "kill-leader"       // kill -9 a partition's leader; failover timed
-	killFollower     faultKind = "kill-follower"     // kill -9 a follower (one leading nothing when there is one)
-	killAll          faultKind = "kill-all"          // kill -9 all three at once, then start them
-	pauseLeader      faultKind = "pause-leader"      // SIGSTOP a leader until the others elect another, SIGCONT
-	partitionLeader  faultKind = "partition-leader"  // cut a leader off at the cluster proxies, heal
-	flipFollower     faultKind = "bitflip-follower"  // flip a bit in a follower's segment while it is down
-	truncateFollower faultKind = "truncate-follower" // cut a follower's newest segment short while it is down
-	rollingRestart   faultKind = "rolling-restart"   // SIGTERM and start each broker in turn
+	killLeader       faultKind = "kill-leader"        // kill -9 a partition's leader; failover timed
+	killFollower     faultKind = "kill-follower"      // kill -9 a follower (one leading nothing when there is one)
+	killAll          faultKind = "kill-all"           // kill -9 all three at once, then start them
+	pauseLeader      faultKind = "pause-leader"       // SIGSTOP a leader until the others elect another, SIGCONT
+	partitionLeader  faultKind = "partition-leader"   // cut a leader off at the cluster proxies, heal
+	flipFollower     faultKind = "bitflip-follower"   // flip a bit in a follower's segment while it is down
+	flipEpoch        faultKind = "epochflip-follower" // flip a bit in the leader epoch field of a follower's batch while it is down
+	truncateFollower faultKind = "truncate-follower"  // cut a follower's newest segment short while it is down
+	rollingRestart   faultKind = "rolling-restart"    // SIGTERM and start each broker in turn
 )
 
-var allFaults = []faultKind{killLeader, killFollower, killAll, pauseLeader, partitionLeader, flipFollower, truncateFollower, rollingRestart}
+var allFaults = []faultKind{killLeader, killFollower, killAll, pauseLeader, partitionLeader, flipFollower, flipEpoch, truncateFollower, rollingRestart}
 
 // faultsFromEnv is CHAOS_FAULTS (a comma-separated subset of allFaults), or allFaults.
 func faultsFromEnv() ([]faultKind, error) {
@@ -147,14 +148,17 @@ func (r *chaosRun) cycle(ctx context.Context, kind faultKind) (string, error) {
 		if err != nil {
 			return "", err
 		}
-	case flipFollower, truncateFollower:
+	case flipFollower, flipEpoch, truncateFollower:
 		f := r.follower(leaders, part)
 		c.kill(f)
 		dir := PartitionDir(f.dir, c.topic, part)
 		var d string
-		if kind == flipFollower {
-			d, err = flipBit(dir, r.rng)
-		} else {
+		switch kind {
+		case flipFollower:
+			d, err = flipBit(dir, r.rng, false)
+		case flipEpoch:
+			d, err = flipBit(dir, r.rng, true)
+		default:
 			d, err = truncateSegment(dir, r.rng)
 		}
 		if err != nil {
@@ -397,9 +401,10 @@ func (r *chaosRun) probeFailover(ctx context.Context, parts []int32, victim uint
 }
 
 // flipBit flips one bit of a random batch in a random segment of dir (a stopped replica),
-// anywhere in the batch but its leader epoch (bytes 20-23: outside the CRC, so no reader can
-// notice a flip there; CHAOS_FLIP_ANY=1 allows it), and says where.
-func flipBit(dir string, rng *rand.Rand) (string, error) {
+// and says where: with epoch, in its leader epoch (bytes 20-23, outside the CRC: the replica
+// checks it against its leader-epochs file); else anywhere in the batch but there (which
+// epochflip-follower covers; CHAOS_FLIP_ANY=1 allows it too).
+func flipBit(dir string, rng *rand.Rand, epoch bool) (string, error) {
 	segs, err := Segments(dir)
 	if err != nil {
 		return "", err
@@ -425,8 +430,11 @@ func flipBit(dir string, rng *rand.Rand) (string, error) {
 	}
 	s := spots[rng.IntN(len(spots))]
 	at := rng.IntN(s.len)
-	for os.Getenv("CHAOS_FLIP_ANY") == "" && at >= 20 && at < 24 {
+	for !epoch && os.Getenv("CHAOS_FLIP_ANY") == "" && at >= 20 && at < 24 {
 		at = rng.IntN(s.len)
+	}
+	if epoch {
+		at = 20 + rng.IntN(4)
 	}
 	bit := byte(1) << rng.IntN(8)
 	f, err := os.OpenFile(s.seg, os.O_RDWR, 0)

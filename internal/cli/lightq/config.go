@@ -85,6 +85,7 @@ var confHelp = map[string]string{
 	"advertise-addr":             "client address METADATA gives for this broker (default: addr)",
 	"advertise-tls-addr":         "TLS client address METADATA gives for this broker (default: tls-addr)",
 	"cluster-offsets-partitions": "partitions of the cluster's offsets topic (each coordinates the consumer groups that hash to it) when this broker creates it",
+	"cluster-scrub-rate":         "bytes per second this broker's replicas together read their sealed segments again to find damage and repair it from the other replicas (0: no scrub)",
 
 	// Debugging.
 	"pprof-addr": "serve net/http/pprof on this address (debugging; keep it on loopback; the same as http-addr: served there)",
@@ -261,6 +262,11 @@ func buildConfig(set map[string]string, getenv func(string) string, stderr io.Wr
 	cfg.Cluster.AdvertiseAddr = set["advertise-addr"]
 	cfg.Cluster.AdvertiseTLSAddr = set["advertise-tls-addr"]
 	cfg.Cluster.OffsetsPartitions = num("cluster-offsets-partitions")
+	if rate := bytes("cluster-scrub-rate"); rate > 0 {
+		cfg.Cluster.ScrubBytesPerSecond = int64(rate)
+	} else {
+		cfg.Cluster.ScrubBytesPerSecond = -1 // 0 here is no scrub; in ClusterConfig, the default
+	}
 	if secret := getenv("LIGHTQ_CLUSTER_SECRET"); secret != "" {
 		cfg.Cluster.Secret = []byte(secret)
 	} else if f := set["cluster-secret-file"]; f != "" {

@@ -97,6 +97,7 @@ var settingSamples = map[string]string{
 	"cluster-secret-file": "testdata/cluster.secret", "advertise-addr": "10.0.0.2:7450", "advertise-tls-addr": "10.0.0.2:7451",
 	"cluster-join":               "true",
 	"cluster-offsets-partitions": "16",
+	"cluster-scrub-rate":         "1MiB",
 }
 
 // TestOperationsSettings: http-addr and metrics-max-groups reach the broker's Config; the

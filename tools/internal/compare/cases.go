@@ -136,8 +136,11 @@ func (r *runner) cases() []caseDef {
 				lightq: func(ctx context.Context) (sample, error) { return r.lqLatency(ctx, wire.KindDurable) }},
 			caseDef{id: "latency-floor", family: "latency", size: 100,
 				title: fmt.Sprintf("latency floor: paced producer -> plain Go relay -> consumer, 100 B at %dK msg/s x %v", cfg.LatencyRate/1000, cfg.LatencyDuration),
-				rows: append(rows(false), rowDef{key: "p99", label: "LightQ p99 / floor p99",
-					share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p99", of: "the floor", title: "latency, transient vs the floor"}}),
+				rows: append(rows(false),
+					rowDef{key: "p50", label: "LightQ p50 / floor p50", target: &target{text: "<= 1.5x the floor", check: func(q, _ float64) bool { return q > 0 && q <= 1.5 }},
+						share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p50", of: "the floor", title: "latency, transient vs the floor"}},
+					rowDef{key: "p99", label: "LightQ p99 / floor p99",
+						share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p99", of: "the floor", title: "latency, transient vs the floor"}}),
 				lightq: func(ctx context.Context) (sample, error) { return r.latencyFloor(ctx) }})
 	}
 	if want("tcp") {

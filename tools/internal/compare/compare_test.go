@@ -87,7 +87,7 @@ func TestSmoke(t *testing.T) {
 	rep.writeText(&table)
 	t.Logf("table:\n%s", table.String())
 	for _, want := range []string{"transient 100 B", "acks=none as NATS core", "fan-out to 2", "fsync before ack", "p99.9 us", "raw TCP", "% of TCP",
-		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99",
+		"latency floor: paced producer -> plain Go relay -> consumer", "p99 us from the actual send", "LightQ p99 / floor p99", "LightQ p50 / floor p50", "<= 1.5x the floor",
 		"x the floor (", "relay ", "produce then read back", "produce and consume at once", "% of the disk (", "disk reference MB/s (group-commit", "CPU s/GB, all three", "x TCP's (",
 		"replicated x3, durable 100 B, acks 1, fsync=interval=2m", "replicated x3, durable 1024 B, acks 2, fsync=always", "% of single-node (",
 		"x single-node's (", "produce-to-ack p99 us", "single-node p99 us", "leader ", "follower 2 "} {
