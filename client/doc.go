@@ -79,6 +79,8 @@
 // When a partition's leader changes, its broker answers NOT_LEADER (nothing done) or its
 // connection closes, or stalls (Reconnects): the Conn asks METADATA again (of any connected broker; while no leader
 // is known, an election, again with backoff from 50 ms to 1 s) and the partition moves. A
+// broker that leads no partition in the view is not reconnected; when it leads again (a
+// paused leader back and re-elected), its connection is dialled again then. A
 // Producer sends the partition's unacknowledged batches to the new leader, byte for byte,
 // in seal order, once none of them awaits an answer from the old one; an idempotent
 // producer's batches that the old leader had stored are answered with their offsets, not

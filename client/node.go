@@ -237,11 +237,15 @@ func (n *node) current() (*link, <-chan struct{}, error) {
 	return n.cur, n.up, c.err
 }
 
-// want makes sure the node is connected or being connected.
-func (n *node) want() {
-	n.c.mu.Lock()
+// want makes sure the node is connected or being connected. It reports false when the node
+// is not wanted (wantedLocked): its reconnector then stops at once, so a caller that needs
+// the node must find another way (look the partition's leader up again).
+func (n *node) want() bool {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n.startDialLocked()
-	n.c.mu.Unlock()
+	return n.cur != nil || n.wantedLocked()
 }
 
 // awaitLink returns the node's working connection, waiting for a (re)connect in progress

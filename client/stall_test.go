@@ -223,3 +223,48 @@ func TestClusterMetadataAsksAnotherBroker(t *testing.T) {
 		t.Fatal("node 2 served no PRODUCE")
 	}
 }
+
+// Node 2 leads partition 0 and freezes; the Conn's view learns that node 3 leads before the
+// watchdog gives node 2's connection up (a METADATA refresh for another reason), so node 2
+// is no longer wanted and its reconnector stops at once. The producer moves to node 3. Node
+// 2 thaws and is elected again (the chaos run's pause-leader cycles): node 3 answers
+// NOT_LEADER, the view names node 2, and the producer's old route to node 2, without a
+// connection, must be dialled again: nothing else would, and the partition would wait for
+// the delivery timeout.
+func TestStallProducerFollowsLeaderBackToThawedBroker(t *testing.T) {
+	fb := startFakeCluster(t, 3)
+	fb.AddTopic("events", 1)
+	fb.SetLeader("events", 0, 2)
+	const stall = 300 * time.Millisecond
+	c := dialStall(t, fb.Seeds(1), stall)
+	p := newProducer(t, c, client.ProducerOptions{Topic: "events", BatchBytes: 64, Linger: -1, DeliveryTimeout: 5 * time.Second})
+	log := newAckLog()
+	sendRange(t, p, log, 0, 0, 10)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	fb.Freeze(2)
+	fb.SetLeader("events", 0, 3)
+	if _, err := c.ClusterMetadata(testCtx(t), "events"); err != nil { // node 1 answers
+		t.Fatal(err)
+	}
+	sendRange(t, p, log, 0, 10, 20) // written to node 2, frozen: its link stalls
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatalf("moving to node 3: %v", err)
+	}
+	before := fb.Served(wire.OpProduce, 2)
+	fb.Thaw(2)
+	fb.SetLeader("events", 0, 2)
+	start := time.Now()
+	sendRange(t, p, log, 0, 20, 30)
+	if err := p.Flush(testCtx(t)); err != nil {
+		t.Fatalf("back to node 2: %v", err)
+	}
+	t.Logf("back on node 2 after %v", time.Since(start).Round(time.Millisecond))
+	log.exactlyOnce(t, 30)
+	acksInOrder(t, log, 0, 0, 30, 0)
+	storedOnce(t, fb, "events", 0, 0, 30)
+	if fb.Served(wire.OpProduce, 2) == before {
+		t.Fatal("node 2 served no PRODUCE after it was elected again")
+	}
+}
