@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/lightq/lightq/wire"
 )
@@ -227,7 +228,7 @@ func (it *BatchIter) Err() error { return it.err }
 // request; Conn.NewConsumer and DialConsumer build the durable consumer on it (positions,
 // prefetch, groups, reconnects).
 func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) {
-	body, err := c.partitionRoundTrip(ctx, req.Topic, int32(req.Partition), wire.OpFetch, req.AppendTo(nil))
+	body, err := c.partitionRoundTrip(ctx, req.Topic, int32(req.Partition), wire.OpFetch, req.AppendTo(nil), time.Duration(req.MaxWaitMs)*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +242,7 @@ func (c *Conn) Fetch(ctx context.Context, req wire.Fetch) (*FetchResult, error) 
 // ListOffsets looks up an offset of a durable topic's partition: the earliest, the latest, or
 // the first at or after a timestamp. It asks the partition's leader, as Fetch does.
 func (c *Conn) ListOffsets(ctx context.Context, req wire.ListOffsets) (int64, error) {
-	resp, err := c.partitionRoundTrip(ctx, req.Topic, int32(req.Partition), wire.OpListOffsets, req.AppendTo(nil))
+	resp, err := c.partitionRoundTrip(ctx, req.Topic, int32(req.Partition), wire.OpListOffsets, req.AppendTo(nil), 0)
 	return decodeOffset(wire.OpListOffsets, resp, err)
 }
 

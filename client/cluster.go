@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lightq/lightq/wire"
 )
@@ -112,8 +113,31 @@ func (c *Conn) clusterMetadata(ctx context.Context, topics []string) (*ClusterMe
 	md := &ClusterMetadata{Topics: resp.Topics, NodeID: resp.NodeID, Brokers: resp.Brokers, Legacy: !req.Cluster}
 	if req.Cluster {
 		c.learn(l, md)
+		if leaderless(md) {
+			until := c.clock() + suspectFor
+			c.mu.Lock()
+			l.n.suspectUntil = max(l.n.suspectUntil, until)
+			c.mu.Unlock()
+		}
 	}
 	return md, nil
+}
+
+// suspectFor is how long a broker whose METADATA named no leader for a partition is asked
+// nothing while another broker is connected (anyLink): about an election's time and more,
+// after which a broker cut off from its peers has usually come back or been found out again.
+const suspectFor = 5 * time.Second
+
+// leaderless reports whether a cluster METADATA answer names no leader for a partition.
+func leaderless(md *ClusterMetadata) bool {
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			if p.Leader == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // learn takes a cluster METADATA answered on l into the view: l's node is the answering
@@ -244,11 +268,14 @@ func (c *Conn) refresh(ctx context.Context, topic string) error {
 	return r.err
 }
 
-// anyLink returns the first working connection of the Conn's nodes (the boot node's first),
-// waiting for one until ctx ends: admin requests and METADATA go to any broker. While none
-// is connected, every broker the view knows is dialled too, not only the boot node's seeds:
-// the brokers Dial was given may all be gone while others of the cluster serve.
+// anyLink returns the first working connection of the Conn's nodes (the boot node's first)
+// that is not suspect, waiting for one until ctx ends: admin requests and METADATA go to any
+// broker. While none is connected, every broker the view knows is dialled too, not only the
+// boot node's seeds: the brokers Dial was given may all be gone while others of the cluster
+// serve. While only suspect ones are connected (stall.go), the others are dialled too and
+// waited for up to lookupMax; then a suspect one is used after all.
 func (c *Conn) anyLink(ctx context.Context) (*link, error) {
+	patience := time.Time{} // when a suspect link will do
 	for {
 		c.mu.Lock()
 		if c.err != nil {
@@ -256,26 +283,55 @@ func (c *Conn) anyLink(ctx context.Context) (*link, error) {
 			c.mu.Unlock()
 			return nil, err
 		}
+		now := c.clock()
+		var fallback *link
 		for _, n := range c.nodes {
-			if n.cur != nil {
+			switch {
+			case n.cur == nil:
+			case !n.suspectLocked(now):
 				l := n.cur
 				c.mu.Unlock()
 				return l, nil
+			case fallback == nil:
+				fallback = n.cur
+			}
+		}
+		if fallback != nil {
+			if patience.IsZero() {
+				patience = time.Now().Add(lookupMax)
+			}
+			if !time.Now().Before(patience) {
+				c.mu.Unlock()
+				return fallback, nil
 			}
 		}
 		ch := c.changed // closed when a node connects
 		var waiting []*node
 		for id := range c.view.addrs {
-			if n := c.nodeLocked(id); n != nil && n != c.boot {
+			if n := c.nodeLocked(id); n != nil && n != c.boot && (fallback == nil || !n.suspectLocked(now)) {
 				n.waiters++
 				n.startDialLocked()
 				waiting = append(waiting, n)
 			}
 		}
+		if fallback != nil && len(waiting) == 0 {
+			c.mu.Unlock()
+			return fallback, nil // no other broker to ask
+		}
 		c.mu.Unlock()
+		var timer *time.Timer
+		var timeout <-chan time.Time
+		if fallback != nil {
+			timer = time.NewTimer(time.Until(patience))
+			timeout = timer.C
+		}
 		select {
 		case <-ch:
+		case <-timeout:
 		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 		c.mu.Lock()
 		for _, n := range waiting {
@@ -309,8 +365,9 @@ func (c *Conn) anyConnected() bool {
 // that is the leader, and in a cluster the answer says otherwise), and follows NOT_LEADER:
 // it refreshes the view and sends the request again to the new leader, with backoff while
 // no leader is known, until ctx ends. A replicated partition whose leader cannot be reached
-// is looked up again at each backoff step: the cluster elects another.
-func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32, op wire.Op, body []byte) ([]byte, error) {
+// is looked up again at each backoff step: the cluster elects another. hold is how long the
+// broker may hold the request (a FETCH's MaxWait), for the stall watchdog.
+func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32, op wire.Op, body []byte, hold time.Duration) ([]byte, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	bo := backoff{min: lookupMin, max: lookupMax}
@@ -347,7 +404,7 @@ func (c *Conn) partitionRoundTrip(ctx context.Context, topic string, part int32,
 			lastErr = err // its leader is unreachable: maybe there is another by now
 			continue
 		}
-		resp, err := c.exchange(ctx, l, op, body, false)
+		resp, err := c.exchangeHeld(ctx, l, op, body, hold, false)
 		if !errors.Is(err, &wire.Error{Code: wire.CodeNotLeader}) {
 			return resp, err
 		}

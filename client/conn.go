@@ -56,6 +56,21 @@ type Options struct {
 	// Default 30s.
 	RequestTimeout time.Duration
 
+	// StallTimeout is how long a connection whose requests wait for their answers may
+	// receive nothing at all, beyond what the broker may hold a request on purpose (a
+	// FETCH's or a held HEARTBEAT's MaxWait, which each such request adds to its own
+	// allowance), before the client declares it dead. A broker that stopped without closing
+	// its sockets (SIGSTOP, a hung machine, a network that drops everything) otherwise
+	// leaves them waiting until their own timeouts. A dead connection is handled as a lost
+	// one: its requests fail with an error wrapping ErrStalled and ErrConnectionLost (retry
+	// them), producers re-send their batches and consumers resume, in a cluster at the
+	// partitions' leaders as another broker names them, and the Conn reconnects (from the
+	// next seed address). After half of it in silence the client sends a PING, which a live
+	// broker answers at once, so a request that is merely slow (an fsync, a replication
+	// round) does not cost its connection. Keep it well under RequestTimeout and the
+	// producers' DeliveryTimeout (stall.go). Default 5s; negative: never.
+	StallTimeout time.Duration
+
 	// Buffer sizes of the socket reader and writer. Default 64 KiB each.
 	WriteBufferSize, ReadBufferSize int
 
@@ -81,6 +96,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.KeepAlive == 0 {
 		o.KeepAlive = time.Minute
+	}
+	if o.StallTimeout == 0 {
+		o.StallTimeout = 5 * time.Second
 	}
 	if o.WriteBufferSize <= 0 {
 		o.WriteBufferSize = 64 << 10
@@ -111,7 +129,8 @@ type Conn struct {
 	// Options.TLS).
 	dialAddr func(ctx context.Context, addr string) (net.Conn, error)
 
-	corr atomic.Uint32
+	corr  atomic.Uint32
+	epoch time.Time // the origin of clock (stall.go)
 
 	// ctx ends at Close or when the Conn gives up: it cancels a reconnect in progress.
 	ctx    context.Context
@@ -189,7 +208,7 @@ func dialBroker(opts *Options) func(ctx context.Context, addr string) (net.Conn,
 // connects it. Tests open in-memory pipes with open instead of TCP connections.
 func dial(ctx context.Context, opts Options, seeds []string, open func(context.Context) (net.Conn, error)) (*Conn, error) {
 	opts.setDefaults()
-	c := &Conn{opts: opts, changed: make(chan struct{}), done: make(chan struct{})}
+	c := &Conn{opts: opts, changed: make(chan struct{}), done: make(chan struct{}), epoch: time.Now()}
 	c.dialAddr = dialBroker(&c.opts)
 	bootOpen := c.dialAddr
 	if open != nil {
@@ -210,6 +229,10 @@ func dial(ctx context.Context, opts Options, seeds []string, open func(context.C
 	if opts.KeepAlive > 0 {
 		c.bg.Add(1)
 		go c.keepAlive(opts.KeepAlive)
+	}
+	if opts.StallTimeout > 0 {
+		c.bg.Add(1)
+		go c.watchdog(opts.StallTimeout)
 	}
 	return c, nil
 }

@@ -43,7 +43,7 @@ func (k *Consumer) sendFetch(s *session, p *partState, off int64) (*fetchCall, e
 	req := wire.Fetch{Topic: k.topic, Partition: uint32(p.id), Offset: off, MaxBytes: k.maxBytes, MaxWaitMs: k.maxWait, Isolation: k.opts.Isolation}
 	p.req = req.AppendTo(p.req[:0])
 	fc.corr = s.c.nextCorr()
-	if err := s.l.register(fc.corr, wire.OpFetch, fc); err != nil {
+	if err := s.l.register(fc.corr, wire.OpFetch, fc, time.Duration(k.maxWait)*time.Millisecond); err != nil {
 		k.freeCall(fc)
 		return nil, err
 	}

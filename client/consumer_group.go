@@ -212,7 +212,7 @@ func (k *Consumer) heartbeater() {
 		// progress is waited for up to the local session deadline.
 		hc := c.groupConn(k.opts.Group)
 		sctx, scancel := m.sessionContext()
-		call, err := hc.startCall(sctx, wire.OpHeartbeat, req.AppendTo(nil))
+		call, err := hc.startCall(sctx, wire.OpHeartbeat, req.AppendTo(nil), wait)
 		scancel()
 		go func() {
 			r := hbResult{epoch: epoch, via: hc}

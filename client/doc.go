@@ -69,13 +69,18 @@
 // leader, over one connection per broker, made the first time a broker leads a partition
 // the Conn uses, with the same handshake, login, TLS, keep-alive and reconnects as the boot
 // connection. Administration (topics, users, roles), METADATA, STATS and INIT_PRODUCER go
-// to the first broker connected, the boot broker first. Group requests (JOIN_GROUP,
+// to the first broker connected, the boot broker first, skipping a suspect one while
+// another can be reached (one whose connection stalled, or whose METADATA named no leader
+// for a partition in the last 5 seconds: cut off from its peers, it cannot know the new
+// one). Group requests (JOIN_GROUP,
 // HEARTBEAT, GROUP_COMMIT, LEAVE_GROUP, FETCH_COMMITTED, COMMIT_OFFSET, LIST_GROUPS,
 // DESCRIBE_GROUP), subscriptions to transient topics and Ping stay on the boot broker.
 //
 // When a partition's leader changes, its broker answers NOT_LEADER (nothing done) or its
-// connection closes: the Conn asks METADATA again (of any connected broker; while no leader
+// connection closes, or stalls (Reconnects): the Conn asks METADATA again (of any connected broker; while no leader
 // is known, an election, again with backoff from 50 ms to 1 s) and the partition moves. A
+// broker that leads no partition in the view is not reconnected; when it leads again (a
+// paused leader back and re-elected), its connection is dialled again then. A
 // Producer sends the partition's unacknowledged batches to the new leader, byte for byte,
 // in seal order, once none of them awaits an answer from the old one; an idempotent
 // producer's batches that the old leader had stored are answered with their offsets, not
@@ -100,7 +105,8 @@
 // # Concurrency
 //
 // Conn, Producer and the Close/accessor methods of Subscription are safe for concurrent use.
-// A Conn runs a reader goroutine per connection, a keep-alive, and per broker, while it
+// A Conn runs a reader goroutine per connection, a keep-alive, a stall watchdog (and,
+// while it probes a quiet connection, a goroutine for that PING), and per broker, while it
 // reconnects, a reconnector; a Producer runs its flusher and its acker (callbacks) until
 // Close, and a goroutine while it looks a moving partition's leader up.
 // A Subscription is consumed by one goroutine at a time (Each or Messages). Producer
@@ -133,6 +139,17 @@
 // Producer re-sends, in order per partition and byte for byte, every batch not acknowledged,
 // and keeps taking messages up to its MaxInFlight bound meanwhile; a Consumer resumes at its
 // positions. Connected reports the state.
+//
+// A broker can also stop answering without closing anything (SIGSTOP, a hung machine, a
+// network that drops every packet): a connection on which requests wait and nothing at all
+// arrives for Options.StallTimeout (default 5s, plus each request's own server-side wait, a
+// FETCH's or a held HEARTBEAT's MaxWait) is declared dead and handled as a lost one, its
+// requests failing with an error wrapping ErrStalled and ErrConnectionLost. After half of
+// it in silence the Conn sends a PING, which a live broker answers at once, so a request
+// that is only slow keeps its connection; an idle connection is checked by its keep-alive
+// PING. In a cluster the producers and consumers then look the partitions' leaders up on
+// another broker and move there (see Clusters); the stalled broker's node reconnects from
+// its next seed address, and nothing is asked of it until a handshake with it succeeds.
 //
 // # Errors
 //
@@ -199,7 +216,8 @@
 //
 // # Internals
 //
-// Files: conn.go (Options, the Conn, Dial, Close, the keep-alive),
+// Files: conn.go (Options, the Conn, Dial, Close, the keep-alive), stall.go (the stall
+// watchdog and its PING probe),
 // node.go (one broker: its addresses, its writer, its connection and reconnector),
 // link.go (one socket: its pending requests, subscriptions and reader), reconnect.go (the
 // handshake), cluster.go (the cluster view: METADATA with the cluster flag, leaders, the

@@ -35,6 +35,7 @@ type fakeBroker struct {
 	conns  map[*fakeConn]struct{}
 	closed bool
 	nextID uint32
+	frozen map[uint32]bool // nodes that read nothing more, as SIGSTOPped brokers (fakefreeze_test.go)
 
 	// Hooks and observations, guarded by mu.
 	// produceHook may refuse a PRODUCE (nothing is stored); a code that closes the connection
@@ -371,7 +372,7 @@ func (fc *fakeConn) serve() {
 			return
 		}
 
-		if fb.silent {
+		if !fc.admit() { // silent, or frozen (fakefreeze_test.go)
 			continue
 		}
 		h, body, err := wire.ParseFrame(frame)

@@ -24,6 +24,9 @@ type fakeCluster struct {
 	notLeaders   map[wire.Op]int   // NOT_LEADER answers sent, by request
 	served       map[[2]uint32]int // requests served, by op and node
 	committed    map[string]int64  // group offsets, by "group/topic/partition"
+	// cutOff: nodes cut off from the others, which know no leader (their METADATA names
+	// none), as a broker partitioned away from its peers after its leadership lapsed.
+	cutOff map[uint32]bool
 }
 
 // fakeNode is one broker of the cluster.
@@ -94,6 +97,16 @@ func (fb *fakeBroker) SetLeader(topic string, part int, id uint32) {
 // SetDown makes node id refuse new connections (down) or accept them again.
 func (fb *fakeBroker) SetDown(id uint32, down bool) {
 	fb.set(func(fb *fakeBroker) { fb.cluster.nodes[id-1].down = down })
+}
+
+// SetCutOff makes node id know no leader (cut off from the others) or know them again.
+func (fb *fakeBroker) SetCutOff(id uint32, cut bool) {
+	fb.set(func(fb *fakeBroker) {
+		if fb.cluster.cutOff == nil {
+			fb.cluster.cutOff = make(map[uint32]bool)
+		}
+		fb.cluster.cutOff[id] = cut
+	})
 }
 
 // DropNode closes every connection of node id abruptly.
@@ -228,6 +241,9 @@ func (fb *fakeBroker) describeCluster(fc *fakeConn, resp *wire.MetadataResponse)
 				continue
 			}
 			p.Leader, p.Replicas = c.leader(t.Name, j), all
+			if c.cutOff[fc.node] {
+				p.Leader = 0
+			}
 		}
 	}
 }

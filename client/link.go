@@ -23,6 +23,9 @@ type link struct {
 	n        *node // the broker it connects to
 	nc       net.Conn
 	maxFrame atomic.Int64 // the frame limit the reader checks, from this link's HELLO
+	// rx counts the socket reads that returned bytes (the reader's only cost of stall
+	// detection, stall.go): the watchdog compares it between its ticks.
+	rx atomic.Uint64
 
 	// Set by the handshake, before the link is installed; read-only after.
 	limits wire.Limits
@@ -37,6 +40,11 @@ type link struct {
 	werr    error         // a write failed: nothing more is written; the reader drains the rest
 	err     error         // set once, when the link fails
 	done    chan struct{} // closed with err
+	// The watchdog's (stall.go): rx at its last look, the Conn clock when it last saw rx
+	// move (or the link was made), and whether its PING probe is out.
+	seenRx  uint64
+	heard   time.Duration
+	probing bool
 }
 
 // responder receives the outcome of one request: the response body (valid only during the
@@ -49,6 +57,10 @@ type responder interface {
 type pendingEntry struct {
 	op wire.Op
 	r  responder
+	// at is the Conn clock when the request was registered, wait how long the broker may
+	// hold it on purpose (a FETCH's or a HEARTBEAT's MaxWait): the watchdog allows that much
+	// silence more before it declares the link dead (stall.go).
+	at, wait time.Duration
 }
 
 // oneWayOwner is told about an ERROR frame answering a frame that expects no response
@@ -78,10 +90,11 @@ func (n *node) newLink(nc net.Conn) *link {
 		pending: make(map[uint32]pendingEntry),
 		subs:    make(map[uint32]*Subscription),
 		done:    make(chan struct{}),
+		heard:   c.clock(),
 	}
 	l.maxFrame.Store(int64(l.limits.MaxFrame))
 	c.bg.Add(1)
-	go l.readLoop(bufio.NewReaderSize(nc, c.opts.ReadBufferSize))
+	go l.readLoop(bufio.NewReaderSize(rxCounter{l}, c.opts.ReadBufferSize))
 	return l
 }
 
@@ -92,15 +105,18 @@ func (l *link) cause() error {
 	return l.err
 }
 
-// register records r as waiting for the answer to corr, unless the link has failed.
-func (l *link) register(corr uint32, op wire.Op, r responder) error {
+// register records r as waiting for the answer to corr, unless the link has failed. wait is
+// how long the broker may hold the request on purpose (a long poll's MaxWait; 0 for the
+// others), which the stall watchdog adds to its allowance.
+func (l *link) register(corr uint32, op wire.Op, r responder, wait time.Duration) error {
 	c := l.c
+	at := c.clock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l.err != nil {
 		return l.err
 	}
-	l.pending[corr] = pendingEntry{op: op, r: r}
+	l.pending[corr] = pendingEntry{op: op, r: r, at: at, wait: wait}
 	return nil
 }
 

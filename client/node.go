@@ -48,7 +48,12 @@ type node struct {
 	role    wire.Role
 	broker  string
 	dialing bool // its reconnector runs
-	waiters int  // awaitLink calls waiting for a link
+	// suspectUntil is the Conn clock until which the broker is not asked for METADATA nor
+	// administration while another is connected (anyLink): its last link stalled (until a
+	// new one is installed), or its METADATA named no leader for a partition (it may be cut
+	// off from the others, who may have elected one). 0: not suspect.
+	suspectUntil time.Duration
+	waiters      int // awaitLink calls waiting for a link
 	// keepAlive's own: the writes count it saw at its last tick (owned by that goroutine).
 	seen uint64
 }
@@ -121,12 +126,15 @@ func (n *node) install(l *link) bool {
 	n.bw.Reset(l.nc) // drops whatever a broken connection left buffered
 	n.wl, n.cur = l, l
 	n.limits, n.role, n.broker = l.limits, l.role, l.broker
-	n.lastErr = nil
+	n.lastErr, n.suspectUntil = nil, 0
 	n.dialing = false // in the same step: a failure from now on starts a new reconnector
 	close(n.up)
 	c.changedLocked()
 	return true
 }
+
+// suspectLocked reports whether the node is suspect at Conn clock now. Conn.mu is held.
+func (n *node) suspectLocked(now time.Duration) bool { return now < n.suspectUntil }
 
 // wantedLocked reports whether the node should be connected: the boot node always, another
 // while someone waits for it or the cluster view names it a leader. Conn.mu is held.
@@ -229,11 +237,15 @@ func (n *node) current() (*link, <-chan struct{}, error) {
 	return n.cur, n.up, c.err
 }
 
-// want makes sure the node is connected or being connected.
-func (n *node) want() {
-	n.c.mu.Lock()
+// want makes sure the node is connected or being connected. It reports false when the node
+// is not wanted (wantedLocked): its reconnector then stops at once, so a caller that needs
+// the node must find another way (look the partition's leader up again).
+func (n *node) want() bool {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n.startDialLocked()
-	n.c.mu.Unlock()
+	return n.cur != nil || n.wantedLocked()
 }
 
 // awaitLink returns the node's working connection, waiting for a (re)connect in progress

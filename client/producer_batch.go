@@ -120,7 +120,7 @@ func (p *Producer) write(r *prodRoute, l *link, b *prodBatch, flush flushMode) b
 		return true
 	}
 	if p.acks != wire.AcksNone {
-		if err := l.register(corr, wire.OpProduce, b); err != nil {
+		if err := l.register(corr, wire.OpProduce, b, 0); err != nil {
 			p.unsend(b, corr)
 			return false
 		}

@@ -110,8 +110,13 @@ func (p *Producer) followLinks() {
 func (p *Producer) linkUp(r *prodRoute) {
 	cur, _, err := r.n.current()
 	if cur == nil || err != nil {
-		if err == nil && p.routed(r) {
-			r.n.want() // a node the view no longer names a leader still serves our batches
+		if err == nil && p.routed(r) && !r.n.want() {
+			// The view no longer names the node a leader, so its reconnector stops at
+			// once: nothing would ever connect the route. Look the leaders up again (from
+			// a broker that is not suspect) and move the partitions routed there.
+			p.ackMu.Lock()
+			p.recheck = true
+			p.ackMu.Unlock()
 		}
 		return
 	}
@@ -255,6 +260,10 @@ func (p *Producer) applyRoutes() bool {
 		}
 		p.ackMu.Unlock()
 		if nr.link == nil {
+			// The route may be one whose connection broke while the view named another
+			// leader (its reconnector stopped, not wanted): now that the view names the
+			// node again, dial it, or nothing ever would (linkUp follows the connect).
+			nr.n.want()
 			done = done && !replicated
 			continue
 		}

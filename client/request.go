@@ -63,9 +63,15 @@ func (c *Conn) anyRoundTrip(ctx context.Context, op wire.Op, body []byte) ([]byt
 // the slot is dropped and a late answer is discarded. direct writes straight to the socket
 // (the handshake, before l is installed).
 func (c *Conn) exchange(ctx context.Context, l *link, op wire.Op, body []byte, direct bool) ([]byte, error) {
+	return c.exchangeHeld(ctx, l, op, body, 0, direct)
+}
+
+// exchangeHeld is exchange for a request the broker may hold up to wait on purpose (a FETCH
+// with MaxWait): the stall watchdog allows that much more silence (stall.go).
+func (c *Conn) exchangeHeld(ctx context.Context, l *link, op wire.Op, body []byte, wait time.Duration, direct bool) ([]byte, error) {
 	cl := &call{done: make(chan struct{})}
 	corr := c.nextCorr()
-	if err := l.register(corr, op, cl); err != nil {
+	if err := l.register(corr, op, cl, wait); err != nil {
 		return nil, err
 	}
 	var err error
@@ -114,15 +120,16 @@ type pendingCall struct {
 // (waiting for a reconnect in progress, within ctx), and returns what waits for its answer:
 // for a caller whose requests must reach the broker in the order it made them (a group
 // member's heartbeats: an older one carrying a partition the member has since released must
-// not arrive after the release), which concurrent roundTrips do not promise.
-func (c *Conn) startCall(ctx context.Context, op wire.Op, body []byte) (*pendingCall, error) {
+// not arrive after the release), which concurrent roundTrips do not promise. wait is how
+// long the broker may hold the request (a HEARTBEAT's MaxWait), for the stall watchdog.
+func (c *Conn) startCall(ctx context.Context, op wire.Op, body []byte, wait time.Duration) (*pendingCall, error) {
 	l, err := c.awaitLink(ctx)
 	if err != nil {
 		return nil, err
 	}
 	cl := &call{done: make(chan struct{})}
 	corr := c.nextCorr()
-	if err := l.register(corr, op, cl); err != nil {
+	if err := l.register(corr, op, cl, wait); err != nil {
 		return nil, err
 	}
 	if err := c.writeFrame(l, op, corr, body); err != nil {

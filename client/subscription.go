@@ -207,7 +207,7 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 	s.l = l
 	sc := &subCall{l: l, s: s, done: make(chan struct{})}
 	corr := c.nextCorr()
-	if err := l.register(corr, wire.OpSubscribe, sc); err != nil {
+	if err := l.register(corr, wire.OpSubscribe, sc, 0); err != nil {
 		return nil, err
 	}
 	if err := c.writeFrame(l, wire.OpSubscribe, corr, req.AppendTo(nil)); err != nil {

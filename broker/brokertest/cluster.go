@@ -91,3 +91,9 @@ func (c *Cluster) Addrs() []string {
 func (c *Cluster) String() string {
 	return fmt.Sprint(c.Addrs())
 }
+
+// PeerProxy is the forwarder in front of broker i's cluster port: a test freezes it
+// (proxytest.Proxy.Freeze) so that broker i hears nothing from its peers, and, with a
+// forwarder of its own in front of the client port, stands for a broker stopped by SIGSTOP
+// (its own messages still leave; a leader that hears no quorum steps down, check-quorum).
+func (c *Cluster) PeerProxy(i int) *proxytest.Proxy { return c.proxies[i] }

@@ -7,6 +7,8 @@
 //	p.SetBackend(srv.Addr())   // connections made to p.Addr() go to srv
 //	p.SetBackend("")           // new connections are closed at once, as a stopped broker's port refuses
 //	p.Cut()                    // every open connection is closed abruptly (RST), as after kill -9
+//	p.Freeze()                 // nothing more is forwarded either way, as to a SIGSTOPped broker
+//	p.Thaw()                   // forwarding goes on, as after SIGCONT
 //
 // Safe for concurrent use.
 package proxytest
@@ -27,7 +29,8 @@ type Proxy struct {
 	backend string
 	conns   map[net.Conn]struct{}
 	accepts int
-	in      atomic.Int64 // bytes forwarded from clients to the backend
+	thaw    chan struct{} // non-nil while frozen: closed by Thaw
+	in      atomic.Int64  // bytes forwarded from clients to the backend
 }
 
 // Start listens on 127.0.0.1:0; t.Cleanup closes everything.
@@ -43,6 +46,7 @@ func Start(t testing.TB) *Proxy {
 	t.Cleanup(func() {
 		ln.Close()
 		p.Cut()
+		p.Thaw()
 		p.wg.Wait()
 	})
 	return p
@@ -79,6 +83,57 @@ func (c countingReader) Read(b []byte) (int, error) {
 	k, err := c.r.Read(b)
 	c.n.Add(int64(k))
 	return k, err
+}
+
+// Freeze stops forwarding, both ways, on every connection, open or accepted from now on, as
+// a stopped (SIGSTOP) broker's sockets do: they stay open, what a client writes waits in
+// buffers (the forwarder reads nothing more), nothing comes back, and a new connection is
+// accepted but goes no further. A connection Cut while frozen is closed at once; its
+// forwarding goroutines end at Thaw (or at the test's end).
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	if p.thaw == nil {
+		p.thaw = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// Thaw forwards again what waited, and everything after, as SIGCONT lets a broker go on.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	if p.thaw != nil {
+		close(p.thaw)
+		p.thaw = nil
+	}
+	p.mu.Unlock()
+}
+
+// awaitThaw returns once the proxy is not frozen.
+func (p *Proxy) awaitThaw() {
+	p.mu.Lock()
+	ch := p.thaw
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// forward copies src to dst, holding each read and each write while the proxy is frozen.
+func (p *Proxy) forward(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		p.awaitThaw()
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.awaitThaw()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Cut closes every forwarded connection abruptly: the client side is reset (SO_LINGER 0),
@@ -118,7 +173,7 @@ func (p *Proxy) accept() {
 		p.mu.Unlock()
 		pipe := func(dst, src net.Conn, r io.Reader) {
 			defer p.wg.Done()
-			_, _ = io.Copy(dst, r)
+			p.forward(dst, r)
 			dst.Close()
 			src.Close()
 			p.mu.Lock()
