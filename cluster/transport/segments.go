@@ -197,7 +197,7 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			ch.Release()
 		}
 	}
-	cut := t.cfg.Faults.segmentCut()
+	cut, stall := t.cfg.Faults.segmentCut()
 	var sent int64
 	var buf []byte
 	for off < req.to {
@@ -220,9 +220,16 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			putSegHeader(hdr[:], segHeader{kind: segKindData, length: uint32(n), a: ch.SegmentBase(), b: pos})
 			_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 			if cut > 0 && sent+n > cut {
-				// Fault injection: the header, then the connection drops.
+				// Fault injection: the header, then the connection drops (or, for a stall,
+				// stays open and silent until released or the transport closes).
 				_, _ = c.Write(hdr[:])
 				ch.Release()
+				if stall != nil {
+					select {
+					case <-stall:
+					case <-t.done:
+					}
+				}
 				return
 			}
 			if _, err := c.Write(hdr[:]); err != nil {
