@@ -3,11 +3,14 @@ package partition
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lightq/lightq/cluster/raftlog"
+	"github.com/lightq/lightq/cluster/replica"
 	"github.com/lightq/lightq/cluster/transport"
 )
 
@@ -23,13 +26,18 @@ type CatchUpStats struct {
 	Bytes    int64 // bytes of batches received and installed, over all of them
 	Attempts int   // streams opened (more than Done when some were cut or refused)
 	Failed   int   // catch-ups given up (the snapshot then installed without the segments)
-	Last     time.Duration
+	// Abandoned counts snapshots abandoned because their source stopped answering (refused
+	// or failed dial, no chunk for CatchUpStall, a newer term heard): not installed, raft
+	// restarted (replica.ErrAbandonSnapshot).
+	Abandoned int
+	Last      time.Duration
 }
 
 const (
 	defaultCatchUpTimeout = 2 * time.Minute
 	catchUpRetryMin       = 20 * time.Millisecond
 	catchUpRetryMax       = time.Second
+	minCatchUpStall       = 250 * time.Millisecond
 )
 
 // catchUp fetches the segments below the offset of snap (raftlog data, version 2) from the
@@ -37,12 +45,18 @@ const (
 // verified and written to temporary files (raftlog.CatchUp), and returns them ready to
 // install; nil when there is nothing to fetch (no source, or nothing below the offset that
 // this replica lacks), or when it gave up (Config.CatchUpTimeout, logged: the snapshot is then
-// installed as before, the log starting at its offset). A stream cut short goes on from the
-// last whole batch; a refusal because the source's retention moved past what was asked, or
-// bytes that fail verification, start it again.
+// installed as before, the log starting at its offset). A stream cut short after it made
+// progress goes on from the last whole batch; a refusal because the source's retention moved
+// past what was asked, or bytes that fail verification, start it again.
 //
 // It runs on the replica's goroutine, which waits (raft's snapshot flow: the leader probes
-// this follower from the snapshot on once it is installed); Close cancels it.
+// this follower from the snapshot on once it is installed); Close cancels it. Meanwhile this
+// replica's election timer is stopped and its inbox unread, so it holds its vote from the
+// group: when the source stops answering (an attempt that fails before any chunk, such as
+// a refused dial; no chunk for Config.CatchUpStall, a stopped or cut-off source whose
+// connection stays open; a message of a newer term, or a pre-vote, reaching the replica)
+// the snapshot is abandoned, wrapped in replica.ErrAbandonSnapshot: the replica restarts
+// raft from its storage, unchanged, and votes again within an election timeout.
 func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	d, err := raftlog.DecodeSnapshotData(snap.Data)
 	if err != nil || d.Source == 0 || d.Source == p.cfg.NodeID || p.cfg.Segments == nil {
@@ -65,6 +79,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		case <-ctx.Done():
 		}
 	}()
+	term := p.heard() // the snapshot's message is in it
 	began := time.Now()
 	deadline := began.Add(p.cfg.CatchUpTimeout)
 	wait := catchUpRetryMin
@@ -72,12 +87,14 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		p.mu.Lock()
 		p.cu.Attempts++
 		p.mu.Unlock()
+		w := p.watch(ctx, term)
 		if c.Started() {
 			c.Resume()
-			_, err = p.cfg.Segments.FetchSegments(ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, c.Write)
+			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, w.sink(c.Write))
 		} else {
-			_, err = p.cfg.Segments.FetchSegments(ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, c.Write)
+			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, w.sink(c.Write))
 		}
+		why := w.stop()
 		if err == nil {
 			if err = c.Finish(p.st.CanKeepBelow(c.From())); err == nil {
 				break
@@ -88,8 +105,20 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 			return nil, ErrClosed
 		}
 		var se *transport.SegmentError
+		gone := errors.As(err, &se) && se.Code == transport.SegGone
+		if why == "" && !w.progressed() && !gone && !errors.Is(err, raftlog.ErrCorrupt) {
+			why = "no answer" // a refused or failed dial, a failed handshake, a refusal
+		}
+		if why != "" {
+			_ = c.Abandon()
+			p.mu.Lock()
+			p.cu.Abandoned++
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: catch-up of the snapshot at entry %d from node %d (%s after %v, offset %d reached): %v",
+				replica.ErrAbandonSnapshot, snap.Metadata.Index, d.Source, why, time.Since(began).Round(time.Millisecond), c.Next(), err)
+		}
 		switch {
-		case errors.As(err, &se) && se.Code == transport.SegGone:
+		case gone:
 			start = max(start, se.Start) // the source's retention moved on: from its start again
 			err = c.Restart()
 		case errors.Is(err, raftlog.ErrCorrupt):
@@ -123,6 +152,83 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	p.mu.Unlock()
 	p.logf("catch-up: %d bytes of segments [%d, %d) from node %d in %v", c.Received(), c.From(), d.FirstOffset, d.Source, took.Round(time.Millisecond))
 	return c, nil
+}
+
+// heard is the replica's Heard, 0 before the replica exists.
+func (p *Partition) heard() uint64 {
+	if p.rep == nil {
+		return 0
+	}
+	return p.rep.Heard()
+}
+
+// fetchWatch cancels one fetch attempt whose source makes no progress for CatchUpStall, or
+// once the replica hears a term above term. The fetch's goroutine calls sink and stop; the
+// watcher's goroutine only reads last and sets why before it cancels.
+type fetchWatch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	last   atomic.Int64 // UnixNano of the last chunk, or of the start
+	chunks atomic.Int64
+	why    atomic.Pointer[string]
+	done   chan struct{}
+	exited chan struct{}
+}
+
+func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
+	w := &fetchWatch{done: make(chan struct{}), exited: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(parent)
+	w.last.Store(time.Now().UnixNano())
+	stall := p.cfg.CatchUpStall
+	go func() {
+		defer close(w.exited)
+		t := time.NewTicker(max(stall/8, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-w.ctx.Done():
+				return
+			case now := <-t.C:
+				var why string
+				switch {
+				case now.Sub(time.Unix(0, w.last.Load())) > stall:
+					why = fmt.Sprintf("no chunk for %v", stall)
+				case p.heard() > term:
+					why = fmt.Sprintf("term %d heard (the snapshot came in term %d or before)", p.heard(), term)
+				default:
+					continue
+				}
+				w.why.Store(&why)
+				w.cancel()
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// sink wraps next, noting each chunk's arrival.
+func (w *fetchWatch) sink(next transport.SegmentSink) transport.SegmentSink {
+	return func(base, pos int64, data []byte) error {
+		w.last.Store(time.Now().UnixNano())
+		w.chunks.Add(1)
+		return next(base, pos, data)
+	}
+}
+
+func (w *fetchWatch) progressed() bool { return w.chunks.Load() > 0 }
+
+// stop ends the watcher and reports why it cancelled the attempt ("" if it did not).
+func (w *fetchWatch) stop() string {
+	close(w.done)
+	<-w.exited
+	w.cancel()
+	if s := w.why.Load(); s != nil {
+		return *s
+	}
+	return ""
 }
 
 // CatchUps reports the catch-ups from whole segments this replica made since Open. Safe for

@@ -398,6 +398,9 @@ type gate struct {
 	next replica.Sender
 	hold func(to uint64, m *raftpb.Message) bool
 	held []heldMsg
+	// onChunk, if set, is called before each chunk of a segment stream reaches the
+	// catch-up (on the fetching goroutine: it may block there).
+	onChunk func()
 }
 
 type heldMsg struct {
@@ -414,8 +417,12 @@ func (g *gate) setNext(s replica.Sender) {
 // FetchSegments fetches through the node's current transport.
 func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error) {
 	g.mu.Lock()
-	next := g.next
+	next, on := g.next, g.onChunk
 	g.mu.Unlock()
+	if on != nil {
+		inner := sink
+		sink = func(base, pos int64, data []byte) error { on(); return inner(base, pos, data) }
+	}
 	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink)
 }
 
