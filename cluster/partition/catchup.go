@@ -17,7 +17,7 @@ import (
 // SegmentFetcher streams a peer's segment bytes (*transport.Transport is one: see its
 // FetchSegments).
 type SegmentFetcher interface {
-	FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error)
+	FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink, progress func(n int)) (int64, error)
 }
 
 // CatchUpStats are the figures of the catch-ups from whole segments this replica made.
@@ -27,7 +27,7 @@ type CatchUpStats struct {
 	Attempts int   // streams opened (more than Done when some were cut or refused)
 	Failed   int   // catch-ups given up (the snapshot then installed without the segments)
 	// Abandoned counts snapshots abandoned because their source stopped answering (refused
-	// or failed dial, no chunk for CatchUpStall, a newer term heard): not installed, raft
+	// or failed dial, no bytes for CatchUpStall, a newer term heard): not installed, raft
 	// restarted (replica.ErrAbandonSnapshot).
 	Abandoned int
 	Last      time.Duration
@@ -53,7 +53,7 @@ const (
 // this follower from the snapshot on once it is installed); Close cancels it. Meanwhile this
 // replica's election timer is stopped and its inbox unread, so it holds its vote from the
 // group: when the source stops answering (an attempt that fails before any chunk, such as
-// a refused dial; no chunk for Config.CatchUpStall, a stopped or cut-off source whose
+// a refused dial; no bytes for Config.CatchUpStall, a stopped or cut-off source whose
 // connection stays open; a message of a newer term, or a pre-vote, reaching the replica)
 // the snapshot is abandoned, wrapped in replica.ErrAbandonSnapshot: the replica restarts
 // raft from its storage, unchanged, and votes again within an election timeout.
@@ -90,9 +90,9 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		w := p.watch(ctx, term)
 		if c.Started() {
 			c.Resume()
-			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, w.sink(c.Write))
+			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, w.sink(c.Write), w.progress)
 		} else {
-			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, w.sink(c.Write))
+			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, w.sink(c.Write), w.progress)
 		}
 		why := w.stop()
 		if err == nil {
@@ -162,13 +162,13 @@ func (p *Partition) heard() uint64 {
 	return p.rep.Heard()
 }
 
-// fetchWatch cancels one fetch attempt whose source makes no progress for CatchUpStall, or
+// fetchWatch cancels one fetch attempt whose stream brings no bytes for CatchUpStall, or
 // once the replica hears a term above term. The fetch's goroutine calls sink and stop; the
 // watcher's goroutine only reads last and sets why before it cancels.
 type fetchWatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	last   atomic.Int64 // UnixNano of the last chunk, or of the start
+	last   atomic.Int64 // UnixNano of the last bytes read, or of the start
 	chunks atomic.Int64
 	why    atomic.Pointer[string]
 	done   chan struct{}
@@ -194,7 +194,7 @@ func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
 				var why string
 				switch {
 				case now.Sub(time.Unix(0, w.last.Load())) > stall:
-					why = fmt.Sprintf("no chunk for %v", stall)
+					why = fmt.Sprintf("no bytes for %v", stall)
 				case p.heard() > term:
 					why = fmt.Sprintf("term %d heard (the snapshot came in term %d or before)", p.heard(), term)
 				default:
@@ -209,14 +209,17 @@ func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
 	return w
 }
 
-// sink wraps next, noting each chunk's arrival.
+// sink wraps next, counting the chunks.
 func (w *fetchWatch) sink(next transport.SegmentSink) transport.SegmentSink {
 	return func(base, pos int64, data []byte) error {
-		w.last.Store(time.Now().UnixNano())
 		w.chunks.Add(1)
 		return next(base, pos, data)
 	}
 }
+
+// progress notes that bytes arrived (once per read of up to 64 KiB: a slow stream is not a
+// stalled one, however large its chunks).
+func (w *fetchWatch) progress(int) { w.last.Store(time.Now().UnixNano()) }
 
 func (w *fetchWatch) progressed() bool { return w.chunks.Load() > 0 }
 

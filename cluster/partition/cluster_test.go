@@ -415,7 +415,7 @@ func (g *gate) setNext(s replica.Sender) {
 }
 
 // FetchSegments fetches through the node's current transport.
-func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error) {
+func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink, progress func(int)) (int64, error) {
 	g.mu.Lock()
 	next, on := g.next, g.onChunk
 	g.mu.Unlock()
@@ -423,7 +423,7 @@ func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to i
 		inner := sink
 		sink = func(base, pos int64, data []byte) error { on(); return inner(base, pos, data) }
 	}
-	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink)
+	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink, progress)
 }
 
 func (g *gate) Send(to uint64, envs ...transport.Envelope) bool {

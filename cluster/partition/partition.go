@@ -93,7 +93,7 @@ type Config struct {
 	// before it installs the snapshot without them (default 2 min): the outer bound of a
 	// fetch that makes progress.
 	CatchUpTimeout time.Duration
-	// CatchUpStall is how long a fetch may go without receiving a chunk before the follower
+	// CatchUpStall is how long a fetch may go without receiving bytes before the follower
 	// abandons the snapshot (default: one election timeout, at least 250 ms): while it
 	// fetches, its election timer does not run, so a source that died or stopped must not
 	// hold its vote from the other replicas for longer than an election would take.
