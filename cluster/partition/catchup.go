@@ -56,7 +56,9 @@ const (
 // a refused dial; no bytes for Config.CatchUpStall, a stopped or cut-off source whose
 // connection stays open; a message of a newer term, or a pre-vote, reaching the replica)
 // the snapshot is abandoned, wrapped in replica.ErrAbandonSnapshot: the replica restarts
-// raft from its storage, unchanged, and votes again within an election timeout.
+// raft from its storage, unchanged, and votes again within an election timeout. Snapshots
+// abandoned for longer than CatchUpTimeout with none installed (a live leader whose segments
+// cannot be had) end as a fetch that gives up does: the next is installed the old way.
 func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	d, err := raftlog.DecodeSnapshotData(snap.Data)
 	if err != nil || d.Source == 0 || d.Source == p.cfg.NodeID || p.cfg.Segments == nil {
@@ -82,6 +84,11 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	term := p.heard() // the snapshot's message is in it
 	began := time.Now()
 	deadline := began.Add(p.cfg.CatchUpTimeout)
+	moved := began // the end of the last attempt that brought a chunk
+	if began.Sub(p.lastAbandon) > 4*p.cfg.CatchUpStall {
+		// Not the leader's next snapshot after a rejection (a round trip away): a new streak.
+		p.abandonedSince = time.Time{}
+	}
 	wait := catchUpRetryMin
 	for {
 		p.mu.Lock()
@@ -106,11 +113,32 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		}
 		var se *transport.SegmentError
 		gone := errors.As(err, &se) && se.Code == transport.SegGone
-		if why == "" && !w.progressed() && !gone && !errors.Is(err, raftlog.ErrCorrupt) {
-			why = "no answer" // a refused or failed dial, a failed handshake, a refusal
+		if w.progressed() {
+			moved = time.Now()
+		}
+		if why == "" && !w.progressed() && !gone && !errors.Is(err, raftlog.ErrCorrupt) &&
+			(p.abandonedSince.IsZero() || time.Since(moved) > p.cfg.CatchUpStall) {
+			// A refused or failed dial, a failed handshake, a refusal: at once the first
+			// time; after an abandoned snapshot, once CatchUpStall passed with no chunk, so
+			// that a live leader whose segments cannot be had is not sent a rejection (and
+			// makes a new snapshot) every round trip.
+			why = "no answer"
+		}
+		if why != "" && p.abandonedSince.IsZero() {
+			p.abandonedSince = began
+		}
+		if why != "" && time.Since(p.abandonedSince) > p.cfg.CatchUpTimeout {
+			// Snapshots abandoned for longer than CatchUpTimeout: a leader that keeps
+			// sending them while its segments cannot be had. Install this one the old way
+			// rather than never.
+			err = fmt.Errorf("%s: %w", why, err)
+			why = ""
+			began = p.abandonedSince
+			deadline = began
 		}
 		if why != "" {
 			_ = c.Abandon()
+			p.lastAbandon = time.Now()
 			p.mu.Lock()
 			p.cu.Abandoned++
 			p.mu.Unlock()
@@ -125,6 +153,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 			err = c.Restart()
 		}
 		if err != nil && time.Now().After(deadline) {
+			p.abandonedSince = time.Time{}
 			p.logf("catch-up of the snapshot at entry %d from node %d given up after %v: %v; the log starts at offset %d without the segments below",
 				snap.Metadata.Index, d.Source, time.Since(began).Round(time.Millisecond), err, d.FirstOffset)
 			_ = c.Abandon()
@@ -144,6 +173,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		}
 		wait = min(2*wait, catchUpRetryMax)
 	}
+	p.abandonedSince = time.Time{}
 	took := time.Since(began)
 	p.mu.Lock()
 	p.cu.Done++

@@ -177,3 +177,43 @@ func TestCatchUpLeaderStopped(t *testing.T) { leaderLostCase(t, stopped) }
 // snapshot up after CatchUpStall (no newer term to hear), and the leader's next snapshot
 // brings it up.
 func TestCatchUpStalled(t *testing.T) { leaderLostCase(t, stalled) }
+
+// TestCatchUpNeverAnswered: the leader lives but its segments cannot be had (every fetch
+// refused): the follower abandons the leader's snapshots for CatchUpTimeout, then installs
+// one the old way (its log starting at the snapshot's offset) rather than never.
+func TestCatchUpNeverAnswered(t *testing.T) {
+	c := newCluster(t, 44, 3, func(cfg *Config) {
+		cfg.Log.SegmentBytes = 4 << 10
+		cfg.Log.RetentionBytes = 24 << 10
+		cfg.RetentionCheck = 10 * time.Millisecond
+		cfg.CheckpointInterval = 50 * time.Millisecond
+		cfg.CatchUpTimeout = 500 * time.Millisecond
+	})
+	l := c.leader()
+	f := c.ids[0]
+	if f == l {
+		f = c.ids[1]
+	}
+	behind := c.part(f).Log().NextOffset()
+	c.stop(f)
+	acked, err := newWorkload(44, 700, 3, 60).run(c, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader's retention to pass the stopped follower", func() bool {
+		return c.part(l).Log().StartOffset() > behind
+	})
+	nd := c.nodes[f]
+	nd.gate.mu.Lock()
+	nd.gate.refuse = true
+	nd.gate.mu.Unlock()
+	c.start(f)
+	c.quiet()
+	st := c.part(f).CatchUps()
+	t.Logf("follower %d: %+v; its log [%d, %d), the leader's [%d, %d)", f, st,
+		c.part(f).Log().StartOffset(), c.part(f).Log().NextOffset(), c.part(l).Log().StartOffset(), c.part(l).Log().NextOffset())
+	if st.Abandoned == 0 || st.Failed != 1 || st.Done != 0 {
+		t.Fatalf("follower %d: %+v, want snapshots abandoned, then one installed without its segments", f, st)
+	}
+	exactlyOnce(t, c.part(f), retained(acked, c.part(f).Log().StartOffset()))
+}

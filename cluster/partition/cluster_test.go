@@ -401,6 +401,8 @@ type gate struct {
 	// onChunk, if set, is called before each chunk of a segment stream reaches the
 	// catch-up (on the fetching goroutine: it may block there).
 	onChunk func()
+	// refuse, if set, fails every segment fetch at once (as a refused dial would).
+	refuse bool
 }
 
 type heldMsg struct {
@@ -417,8 +419,11 @@ func (g *gate) setNext(s replica.Sender) {
 // FetchSegments fetches through the node's current transport.
 func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink, progress func(int)) (int64, error) {
 	g.mu.Lock()
-	next, on := g.next, g.onChunk
+	next, on, refuse := g.next, g.onChunk, g.refuse
 	g.mu.Unlock()
+	if refuse {
+		return 0, errors.New("segment stream refused (test)")
+	}
 	if on != nil {
 		inner := sink
 		sink = func(base, pos int64, data []byte) error { on(); return inner(base, pos, data) }

@@ -198,6 +198,10 @@ type Partition struct {
 	// saw one in since Open (Status.LeaderChanges).
 	leaderTerm, leaderChanges uint64
 	cu                        CatchUpStats // guarded by mu
+	// abandonedSince is when the catch-ups began abandoning snapshots one after the other,
+	// none installed since (zero: no such streak), lastAbandon the end of the last one; only
+	// the replica's goroutine (catchUp) touches them.
+	abandonedSince, lastAbandon time.Time
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
