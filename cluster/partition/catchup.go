@@ -3,18 +3,21 @@ package partition
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lightq/lightq/cluster/raftlog"
+	"github.com/lightq/lightq/cluster/replica"
 	"github.com/lightq/lightq/cluster/transport"
 )
 
 // SegmentFetcher streams a peer's segment bytes (*transport.Transport is one: see its
 // FetchSegments).
 type SegmentFetcher interface {
-	FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error)
+	FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink, progress func(n int)) (int64, error)
 }
 
 // CatchUpStats are the figures of the catch-ups from whole segments this replica made.
@@ -23,13 +26,18 @@ type CatchUpStats struct {
 	Bytes    int64 // bytes of batches received and installed, over all of them
 	Attempts int   // streams opened (more than Done when some were cut or refused)
 	Failed   int   // catch-ups given up (the snapshot then installed without the segments)
-	Last     time.Duration
+	// Abandoned counts snapshots abandoned because their source stopped answering (refused
+	// or failed dial, no bytes for CatchUpStall, a newer term heard): not installed, raft
+	// restarted (replica.ErrAbandonSnapshot).
+	Abandoned int
+	Last      time.Duration
 }
 
 const (
 	defaultCatchUpTimeout = 2 * time.Minute
 	catchUpRetryMin       = 20 * time.Millisecond
 	catchUpRetryMax       = time.Second
+	minCatchUpStall       = 250 * time.Millisecond
 )
 
 // catchUp fetches the segments below the offset of snap (raftlog data, version 2) from the
@@ -37,12 +45,20 @@ const (
 // verified and written to temporary files (raftlog.CatchUp), and returns them ready to
 // install; nil when there is nothing to fetch (no source, or nothing below the offset that
 // this replica lacks), or when it gave up (Config.CatchUpTimeout, logged: the snapshot is then
-// installed as before, the log starting at its offset). A stream cut short goes on from the
-// last whole batch; a refusal because the source's retention moved past what was asked, or
-// bytes that fail verification, start it again.
+// installed as before, the log starting at its offset). A stream cut short after it made
+// progress goes on from the last whole batch; a refusal because the source's retention moved
+// past what was asked, or bytes that fail verification, start it again.
 //
 // It runs on the replica's goroutine, which waits (raft's snapshot flow: the leader probes
-// this follower from the snapshot on once it is installed); Close cancels it.
+// this follower from the snapshot on once it is installed); Close cancels it. Meanwhile this
+// replica's election timer is stopped and its inbox unread, so it holds its vote from the
+// group: when the source stops answering (an attempt that fails before any chunk, such as
+// a refused dial; no bytes for Config.CatchUpStall, a stopped or cut-off source whose
+// connection stays open; a message of a newer term, or a pre-vote, reaching the replica)
+// the snapshot is abandoned, wrapped in replica.ErrAbandonSnapshot: the replica restarts
+// raft from its storage, unchanged, and votes again within an election timeout. Snapshots
+// abandoned for longer than CatchUpTimeout with none installed (a live leader whose segments
+// cannot be had) end as a fetch that gives up does: the next is installed the old way.
 func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	d, err := raftlog.DecodeSnapshotData(snap.Data)
 	if err != nil || d.Source == 0 || d.Source == p.cfg.NodeID || p.cfg.Segments == nil {
@@ -65,19 +81,27 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		case <-ctx.Done():
 		}
 	}()
+	term := p.heard() // the snapshot's message is in it
 	began := time.Now()
 	deadline := began.Add(p.cfg.CatchUpTimeout)
+	moved := began // the end of the last attempt that brought a chunk
+	if began.Sub(p.lastAbandon) > 4*p.cfg.CatchUpStall {
+		// Not the leader's next snapshot after a rejection (a round trip away): a new streak.
+		p.abandonedSince = time.Time{}
+	}
 	wait := catchUpRetryMin
 	for {
 		p.mu.Lock()
 		p.cu.Attempts++
 		p.mu.Unlock()
+		w := p.watch(ctx, term)
 		if c.Started() {
 			c.Resume()
-			_, err = p.cfg.Segments.FetchSegments(ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, c.Write)
+			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, w.sink(c.Write), w.progress)
 		} else {
-			_, err = p.cfg.Segments.FetchSegments(ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, c.Write)
+			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, w.sink(c.Write), w.progress)
 		}
+		why := w.stop()
 		if err == nil {
 			if err = c.Finish(p.st.CanKeepBelow(c.From())); err == nil {
 				break
@@ -88,14 +112,48 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 			return nil, ErrClosed
 		}
 		var se *transport.SegmentError
+		gone := errors.As(err, &se) && se.Code == transport.SegGone
+		if w.progressed() {
+			moved = time.Now()
+		}
+		if why == "" && !w.progressed() && !gone && !errors.Is(err, raftlog.ErrCorrupt) &&
+			(p.abandonedSince.IsZero() || time.Since(moved) > p.cfg.CatchUpStall) {
+			// A refused or failed dial, a failed handshake, a refusal: at once the first
+			// time; after an abandoned snapshot, once CatchUpStall passed with no chunk, so
+			// that a live leader whose segments cannot be had is not sent a rejection (and
+			// makes a new snapshot) every round trip.
+			why = "no answer"
+		}
+		if why != "" && p.abandonedSince.IsZero() {
+			p.abandonedSince = began
+		}
+		if why != "" && time.Since(p.abandonedSince) > p.cfg.CatchUpTimeout {
+			// Snapshots abandoned for longer than CatchUpTimeout: a leader that keeps
+			// sending them while its segments cannot be had. Install this one the old way
+			// rather than never.
+			err = fmt.Errorf("%s: %w", why, err)
+			why = ""
+			began = p.abandonedSince
+			deadline = began
+		}
+		if why != "" {
+			_ = c.Abandon()
+			p.lastAbandon = time.Now()
+			p.mu.Lock()
+			p.cu.Abandoned++
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: catch-up of the snapshot at entry %d from node %d (%s after %v, offset %d reached): %v",
+				replica.ErrAbandonSnapshot, snap.Metadata.Index, d.Source, why, time.Since(began).Round(time.Millisecond), c.Next(), err)
+		}
 		switch {
-		case errors.As(err, &se) && se.Code == transport.SegGone:
+		case gone:
 			start = max(start, se.Start) // the source's retention moved on: from its start again
 			err = c.Restart()
 		case errors.Is(err, raftlog.ErrCorrupt):
 			err = c.Restart()
 		}
 		if err != nil && time.Now().After(deadline) {
+			p.abandonedSince = time.Time{}
 			p.logf("catch-up of the snapshot at entry %d from node %d given up after %v: %v; the log starts at offset %d without the segments below",
 				snap.Metadata.Index, d.Source, time.Since(began).Round(time.Millisecond), err, d.FirstOffset)
 			_ = c.Abandon()
@@ -115,6 +173,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		}
 		wait = min(2*wait, catchUpRetryMax)
 	}
+	p.abandonedSince = time.Time{}
 	took := time.Since(began)
 	p.mu.Lock()
 	p.cu.Done++
@@ -123,6 +182,86 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	p.mu.Unlock()
 	p.logf("catch-up: %d bytes of segments [%d, %d) from node %d in %v", c.Received(), c.From(), d.FirstOffset, d.Source, took.Round(time.Millisecond))
 	return c, nil
+}
+
+// heard is the replica's Heard, 0 before the replica exists.
+func (p *Partition) heard() uint64 {
+	if p.rep == nil {
+		return 0
+	}
+	return p.rep.Heard()
+}
+
+// fetchWatch cancels one fetch attempt whose stream brings no bytes for CatchUpStall, or
+// once the replica hears a term above term. The fetch's goroutine calls sink and stop; the
+// watcher's goroutine only reads last and sets why before it cancels.
+type fetchWatch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	last   atomic.Int64 // UnixNano of the last bytes read, or of the start
+	chunks atomic.Int64
+	why    atomic.Pointer[string]
+	done   chan struct{}
+	exited chan struct{}
+}
+
+func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
+	w := &fetchWatch{done: make(chan struct{}), exited: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(parent)
+	w.last.Store(time.Now().UnixNano())
+	stall := p.cfg.CatchUpStall
+	go func() {
+		defer close(w.exited)
+		t := time.NewTicker(max(stall/8, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-w.ctx.Done():
+				return
+			case now := <-t.C:
+				var why string
+				switch {
+				case now.Sub(time.Unix(0, w.last.Load())) > stall:
+					why = fmt.Sprintf("no bytes for %v", stall)
+				case p.heard() > term:
+					why = fmt.Sprintf("term %d heard (the snapshot came in term %d or before)", p.heard(), term)
+				default:
+					continue
+				}
+				w.why.Store(&why)
+				w.cancel()
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// sink wraps next, counting the chunks.
+func (w *fetchWatch) sink(next transport.SegmentSink) transport.SegmentSink {
+	return func(base, pos int64, data []byte) error {
+		w.chunks.Add(1)
+		return next(base, pos, data)
+	}
+}
+
+// progress notes that bytes arrived (once per read of up to 64 KiB: a slow stream is not a
+// stalled one, however large its chunks).
+func (w *fetchWatch) progress(int) { w.last.Store(time.Now().UnixNano()) }
+
+func (w *fetchWatch) progressed() bool { return w.chunks.Load() > 0 }
+
+// stop ends the watcher and reports why it cancelled the attempt ("" if it did not).
+func (w *fetchWatch) stop() string {
+	close(w.done)
+	<-w.exited
+	w.cancel()
+	if s := w.why.Load(); s != nil {
+		return *s
+	}
+	return ""
 }
 
 // CatchUps reports the catch-ups from whole segments this replica made since Open. Safe for

@@ -398,6 +398,11 @@ type gate struct {
 	next replica.Sender
 	hold func(to uint64, m *raftpb.Message) bool
 	held []heldMsg
+	// onChunk, if set, is called before each chunk of a segment stream reaches the
+	// catch-up (on the fetching goroutine: it may block there).
+	onChunk func()
+	// refuse, if set, fails every segment fetch at once (as a refused dial would).
+	refuse bool
 }
 
 type heldMsg struct {
@@ -412,11 +417,18 @@ func (g *gate) setNext(s replica.Sender) {
 }
 
 // FetchSegments fetches through the node's current transport.
-func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink) (int64, error) {
+func (g *gate) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink, progress func(int)) (int64, error) {
 	g.mu.Lock()
-	next := g.next
+	next, on, refuse := g.next, g.onChunk, g.refuse
 	g.mu.Unlock()
-	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink)
+	if refuse {
+		return 0, errors.New("segment stream refused (test)")
+	}
+	if on != nil {
+		inner := sink
+		sink = func(base, pos int64, data []byte) error { on(); return inner(base, pos, data) }
+	}
+	return next.(*transport.Transport).FetchSegments(ctx, node, group, from, to, roundDown, sink, progress)
 }
 
 func (g *gate) Send(to uint64, envs ...transport.Envelope) bool {

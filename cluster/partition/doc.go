@@ -74,7 +74,10 @@
 // to the snapshot's offset over the cluster port, verified, crash-safely installed
 // (catchup.go, raftlog's catchup.go), so that it holds the partition from the log start on,
 // byte for byte as the leader. Without it, or when the fetch gives up (CatchUpTimeout), the
-// follower holds the partition from the snapshot's offset on.
+// follower holds the partition from the snapshot's offset on. A fetch whose source stops
+// answering (CatchUpStall, a refused dial, a newer term heard) abandons the snapshot
+// instead (replica.ErrAbandonSnapshot): the follower votes again, and a live leader sends
+// another snapshot.
 //
 // # Bounded memory
 //

@@ -90,8 +90,14 @@ type Config struct {
 	// Nil: a snapshot starts the follower's log at the snapshot's offset.
 	Segments SegmentFetcher
 	// CatchUpTimeout is how long a follower keeps fetching the segments of one snapshot
-	// before it installs the snapshot without them (default 2 min).
+	// before it installs the snapshot without them (default 2 min): the outer bound of a
+	// fetch that makes progress.
 	CatchUpTimeout time.Duration
+	// CatchUpStall is how long a fetch may go without receiving bytes before the follower
+	// abandons the snapshot (default: one election timeout, at least 250 ms): while it
+	// fetches, its election timer does not run, so a source that died or stopped must not
+	// hold its vote from the other replicas for longer than an election would take.
+	CatchUpStall time.Duration
 
 	// MaxPending bounds the batches proposed and not yet settled (default 4096), and
 	// MaxPendingBytes their bytes (default 32 MiB): past either, Produce answers ErrBusy.
@@ -192,6 +198,10 @@ type Partition struct {
 	// saw one in since Open (Status.LeaderChanges).
 	leaderTerm, leaderChanges uint64
 	cu                        CatchUpStats // guarded by mu
+	// abandonedSince is when the catch-ups began abandoning snapshots one after the other,
+	// none installed since (zero: no such streak), lastAbandon the end of the last one; only
+	// the replica's goroutine (catchUp) touches them.
+	abandonedSince, lastAbandon time.Time
 
 	// ckMu serialises checkpoint writes (maintenance, snapshot install, Close); ckIndex is
 	// the state index of the last one written (guarded by ckMu, read by retention under it).
@@ -245,6 +255,16 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	if cfg.CatchUpTimeout <= 0 {
 		cfg.CatchUpTimeout = defaultCatchUpTimeout
+	}
+	if cfg.CatchUpStall <= 0 {
+		tick, ticks := cfg.Tick, cfg.ElectionTicks
+		if tick <= 0 {
+			tick = 100 * time.Millisecond // the replica's defaults
+		}
+		if ticks <= 0 {
+			ticks = 10
+		}
+		cfg.CatchUpStall = max(tick*time.Duration(ticks), minCatchUpStall)
 	}
 	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{}),
 		scrubDone: make(chan struct{}), damage: make(chan *raftlog.CorruptEntryError, 1)}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -197,6 +198,9 @@ func (r *Replica) handleReady() error {
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := r.cfg.Storage.ApplySnapshot(rd.Snapshot); err != nil {
+			if errors.Is(err, ErrAbandonSnapshot) {
+				return r.restartRaft(rd.Snapshot.Metadata.Index, err)
+			}
 			return fmt.Errorf("apply snapshot: %w", err)
 		}
 		r.snapshotCovers(rd.Snapshot.Metadata.Index)
@@ -267,6 +271,27 @@ func (r *Replica) handleReady() error {
 	}
 	r.snapSent = snaps[:0]
 	clear(r.envs) // do not pin the last message's entries
+	st := r.publishStatus()
+	if r.cfg.Advanced != nil {
+		r.cfg.Advanced(st)
+	}
+	return nil
+}
+
+// restartRaft replaces the RawNode with one opened from the storage (newRawNode, as Start
+// and Restart do), dropping the Ready at hand unpersisted, unsent and not advanced
+// (ErrAbandonSnapshot). The storage is unchanged, so unlike Restart nothing is repaired and
+// the proposals this replica waits for stay: later committed entries or snapshots settle
+// them.
+func (r *Replica) restartRaft(index uint64, cause error) error {
+	// A snapshot's restore leaves applied as it was: it moves at Advance.
+	rn, err := newRawNode(&r.cfg, r.rn.BasicStatus().Applied)
+	if err != nil {
+		return fmt.Errorf("restart raft after abandoning the snapshot at %d: %w", index, err)
+	}
+	r.rn = rn
+	r.term, r.termStart = 0, 0
+	r.cfg.Logger.Warningf("group %d: %v; raft restarted from the storage (the leader sends a snapshot again)", r.cfg.Group, cause)
 	st := r.publishStatus()
 	if r.cfg.Advanced != nil {
 		r.cfg.Advanced(st)

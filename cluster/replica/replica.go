@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -102,6 +103,13 @@ var (
 	// than the group (a learner added by a mover that had not yet seen the member come back
 	// as a voter), and applying it would take a vote from an up-to-date member.
 	ErrStaleChange = errors.New("membership change from a stale view: it would make a voter a learner")
+	// ErrAbandonSnapshot, from Storage.ApplySnapshot (wrapped), abandons the snapshot of the
+	// Ready at hand: nothing of that Ready was persisted or sent, so the replica restarts
+	// raft from its storage as after a crash before the Ready (safe in raft: what was never
+	// persisted nor sent never happened), with its election timer running again and no
+	// leader known. The leader, if alive, finds this follower still behind and sends a
+	// snapshot again.
+	ErrAbandonSnapshot = errors.New("snapshot abandoned")
 )
 
 // NotLeaderError is a proposal to a replica that is not the leader. Leader is the leader it
@@ -172,6 +180,9 @@ type Progress struct {
 type Replica struct {
 	cfg Config
 	rn  *raft.RawNode
+	// heard is the highest term of the messages Step was handed (any goroutine), for a
+	// storage waiting on the replica's goroutine to see a newer term or a campaign (Heard).
+	heard atomic.Uint64
 
 	inbox       chan raftpb.Message
 	proposals   chan *Proposal
@@ -361,11 +372,19 @@ func (r *Replica) restart(req restartReq) error {
 // Step hands a message from a peer to the replica without blocking; it is dropped when the
 // replica's inbox is full (raft resends).
 func (r *Replica) Step(m raftpb.Message) {
+	for h := r.heard.Load(); m.Term > h && !r.heard.CompareAndSwap(h, m.Term); {
+		h = r.heard.Load()
+	}
 	select {
 	case r.inbox <- m:
 	default:
 	}
 }
+
+// Heard reports the highest term of the messages handed to Step so far: above the term of a
+// snapshot being installed, a newer leader or a campaign (a pre-vote carries the term it
+// would start) is under way. Safe for concurrent use.
+func (r *Replica) Heard() uint64 { return r.heard.Load() }
 
 // ReportUnreachable tells raft a message to node was lost, so it probes instead of streaming.
 func (r *Replica) ReportUnreachable(node uint64) {

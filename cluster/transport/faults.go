@@ -27,6 +27,8 @@ type Faults struct {
 	timers   map[*time.Timer]struct{}
 	stopped  bool
 	segCut   int64 // cut the next segment stream served after this many data bytes
+	segStall bool  // the armed cut stalls the stream instead (StallSegmentStream)
+	unstall  chan struct{}
 
 	// Counters of what was done, for tests to check that faults happened.
 	Dropped, Duplicated, Delayed, Cut int
@@ -134,6 +136,10 @@ func (f *Faults) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
+	if f.unstall != nil {
+		close(f.unstall)
+		f.unstall = nil
+	}
 	for tm := range f.timers {
 		tm.Stop()
 	}
@@ -142,19 +148,50 @@ func (f *Faults) Stop() {
 
 // CutSegmentStream makes the next segment stream any transport sharing f serves drop its
 // connection once it has sent about n bytes of data (once).
-func (f *Faults) CutSegmentStream(n int64) { f.mu.Lock(); f.segCut = n; f.mu.Unlock() }
+func (f *Faults) CutSegmentStream(n int64) {
+	f.mu.Lock()
+	f.segCut, f.segStall = n, false
+	f.mu.Unlock()
+}
 
-// segmentCut takes the armed cut (0: none).
-func (f *Faults) segmentCut() int64 {
+// StallSegmentStream makes the next segment stream any transport sharing f serves stop
+// sending, its connection left open, once it has sent about n bytes of data (once), as a
+// stopped process would (SIGSTOP), until ReleaseStalls or Stop.
+func (f *Faults) StallSegmentStream(n int64) {
+	f.mu.Lock()
+	f.segCut, f.segStall = n, true
+	if f.unstall == nil {
+		f.unstall = make(chan struct{})
+	}
+	f.mu.Unlock()
+}
+
+// ReleaseStalls ends the stalls of StallSegmentStream: each stalled stream then drops its
+// connection.
+func (f *Faults) ReleaseStalls() {
+	f.mu.Lock()
+	if f.unstall != nil {
+		close(f.unstall)
+		f.unstall = nil
+	}
+	f.mu.Unlock()
+}
+
+// segmentCut takes the armed cut (0: none) and, for a stall, the channel that ends it.
+func (f *Faults) segmentCut() (int64, <-chan struct{}) {
 	if f == nil {
-		return 0
+		return 0, nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.segCut
+	var stall <-chan struct{}
 	if n > 0 {
 		f.segCut = 0
 		f.SegmentCuts++
+		if f.segStall {
+			stall = f.unstall
+		}
 	}
-	return n
+	return n, stall
 }

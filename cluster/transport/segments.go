@@ -197,7 +197,7 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			ch.Release()
 		}
 	}
-	cut := t.cfg.Faults.segmentCut()
+	cut, stall := t.cfg.Faults.segmentCut()
 	var sent int64
 	var buf []byte
 	for off < req.to {
@@ -220,9 +220,16 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			putSegHeader(hdr[:], segHeader{kind: segKindData, length: uint32(n), a: ch.SegmentBase(), b: pos})
 			_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 			if cut > 0 && sent+n > cut {
-				// Fault injection: the header, then the connection drops.
+				// Fault injection: the header, then the connection drops (or, for a stall,
+				// stays open and silent until released or the transport closes).
 				_, _ = c.Write(hdr[:])
 				ch.Release()
+				if stall != nil {
+					select {
+					case <-stall:
+					case <-t.done:
+					}
+				}
 				return
 			}
 			if _, err := c.Write(hdr[:]); err != nil {
@@ -276,9 +283,11 @@ type SegmentSink func(base, pos int64, data []byte) error
 // over a connection of its own, authenticated as the message streams are. It returns the
 // offset reached, which is to on success; on a cut connection, what sink saw stands and a
 // new call may go on from the offset after the last whole batch. A refusal is a
-// *SegmentError. ctx cancels it. Memory: one chunk (MaxSegmentChunk). Safe for concurrent
-// use.
-func (t *Transport) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink SegmentSink) (int64, error) {
+// *SegmentError. ctx cancels it. progress, if not nil, is called with the count of bytes
+// each read from the connection brought (at most 64 KiB each, on the calling goroutine),
+// so that a caller can tell a slow stream from a stalled one within a chunk. Memory: one
+// chunk (MaxSegmentChunk). Safe for concurrent use.
+func (t *Transport) FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink SegmentSink, progress func(n int)) (int64, error) {
 	t.mu.Lock()
 	p := t.peers[node]
 	t.mu.Unlock()
@@ -300,7 +309,11 @@ func (t *Transport) FetchSegments(ctx context.Context, node, group uint64, from,
 	if _, err := c.Write(appendSegRequest(nil, segRequest{group: group, from: from, to: to, roundDown: roundDown})); err != nil {
 		return 0, fmt.Errorf("segment stream to node %d: send the request: %w", node, err)
 	}
-	r := bufio.NewReaderSize(c, 64<<10)
+	var rd io.Reader = c
+	if progress != nil {
+		rd = progressReader{c, progress}
+	}
+	r := bufio.NewReaderSize(rd, 64<<10)
 	var hb [segHeaderSize]byte
 	var buf []byte
 	for {
@@ -331,6 +344,20 @@ func (t *Transport) FetchSegments(ctx context.Context, node, group uint64, from,
 			return 0, &SegmentError{Code: int(h.a), Start: h.b, Text: string(buf)}
 		}
 	}
+}
+
+// progressReader reports each read's byte count (FetchSegments' progress).
+type progressReader struct {
+	r io.Reader
+	f func(n int)
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.f(n)
+	}
+	return n, err
 }
 
 func (t *Transport) ctxErr(ctx context.Context, err error) error {

@@ -66,15 +66,20 @@ func TestFetchSegments(t *testing.T) {
 	cli := segmentPair(t, l, testSecret)
 	ctx := context.Background()
 	files := map[int64][]byte{}
+	var got, read int
 	end, err := cli.FetchSegments(ctx, 1, 7, 5, l.NextOffset(), true, func(base, pos int64, data []byte) error {
 		if int64(len(files[base])) != pos {
 			t.Fatalf("segment %d: bytes at %d after %d", base, pos, len(files[base]))
 		}
 		files[base] = append(files[base], data...)
+		got += len(data)
 		return nil
-	})
+	}, func(n int) { read += n })
 	if err != nil || end != l.NextOffset() {
 		t.Fatalf("FetchSegments: %d, %v", end, err)
+	}
+	if read < got+segHeaderSize {
+		t.Fatalf("progress reported %d bytes read, the sink got %d", read, got)
 	}
 	if _, ok := files[0]; !ok {
 		t.Fatalf("round down from offset 5 did not start at segment 0: %d segments", len(files))
@@ -92,20 +97,20 @@ func TestFetchSegments(t *testing.T) {
 		}
 	}
 	var se *SegmentError
-	if _, err := cli.FetchSegments(ctx, 1, 8, 0, 10, true, nil); !errors.As(err, &se) || se.Code != SegNoGroup {
+	if _, err := cli.FetchSegments(ctx, 1, 8, 0, 10, true, nil, nil); !errors.As(err, &se) || se.Code != SegNoGroup {
 		t.Fatalf("unknown group: %v", err)
 	}
-	if _, err := cli.FetchSegments(ctx, 1, 7, l.NextOffset()+5, l.NextOffset()+9, false, nil); !errors.As(err, &se) || se.Code != SegBadRequest {
+	if _, err := cli.FetchSegments(ctx, 1, 7, l.NextOffset()+5, l.NextOffset()+9, false, nil, nil); !errors.As(err, &se) || se.Code != SegBadRequest {
 		t.Fatalf("past the log: %v", err)
 	}
 	bad := segmentPair(t, l, []byte("not the cluster secret at all"))
-	if _, err := bad.FetchSegments(ctx, 1, 7, 0, 10, true, nil); !errors.Is(err, ErrAuth) {
+	if _, err := bad.FetchSegments(ctx, 1, 7, 0, 10, true, nil, nil); !errors.Is(err, ErrAuth) {
 		t.Fatalf("wrong secret: %v", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 	defer cancel()
 	<-cctx.Done()
-	if _, err := cli.FetchSegments(cctx, 1, 7, 0, l.NextOffset(), true, func(int64, int64, []byte) error { return nil }); err == nil {
+	if _, err := cli.FetchSegments(cctx, 1, 7, 0, l.NextOffset(), true, func(int64, int64, []byte) error { return nil }, nil); err == nil {
 		t.Fatal("a cancelled fetch succeeded")
 	}
 }
@@ -180,7 +185,7 @@ func BenchmarkFetchSegments(b *testing.B) {
 	b.SetBytes(l.Size())
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := cli.FetchSegments(context.Background(), 1, 7, 0, l.NextOffset(), true, func(int64, int64, []byte) error { return nil }); err != nil {
+		if _, err := cli.FetchSegments(context.Background(), 1, 7, 0, l.NextOffset(), true, func(int64, int64, []byte) error { return nil }, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -93,6 +93,7 @@ type Transport struct {
 	counters map[uint64]*peerCounters // per peer, kept across a change of its address
 	inbound  map[net.Conn]struct{}
 	closed   bool
+	done     chan struct{} // closed by Close (ends a stalled segment stream: Faults)
 
 	wg sync.WaitGroup
 }
@@ -103,7 +104,7 @@ func New(c Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, peers: map[uint64]*peer{}, counters: map[uint64]*peerCounters{}, inbound: map[net.Conn]struct{}{}}
+	t := &Transport{cfg: cfg, peers: map[uint64]*peer{}, counters: map[uint64]*peerCounters{}, inbound: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	if cfg.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -197,6 +198,7 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.closed = true
+	close(t.done)
 	for id, p := range t.peers {
 		p.stop()
 		delete(t.peers, id)
