@@ -19,7 +19,7 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
-// Consumer groups in a cluster (PROTOCOL.md section 16, docs/DESIGN.md "Consumer groups in a
+// Consumer groups in a cluster (PROTOCOL.md section 16, docs/CLUSTER.md "Consumer groups in a
 // cluster"). A group name hashes to one partition of the cluster's offsets topic, whose Raft
 // group (cluster/offsets) keeps the committed offsets of the groups that hash to it; the
 // partition's leader is their coordinator: its group.Coordinator (Server.groups, the same as
