@@ -160,6 +160,10 @@ func (s *Session) down() string {
 		putBuf(buf)
 		if werr != nil {
 			_ = s.raw.Close()
+			// up may be waiting in push for room the loop will not make (it stops reading
+			// while its output is at the high-water mark, and nothing drains that now): let it
+			// go, so that it reads the closed socket and ends the input, which tells the loop.
+			s.pipe.close()
 			if s.brokerGone.Load() || errors.Is(werr, net.ErrClosed) {
 				return "" // the linger ran out, or up closed the connection
 			}

@@ -236,6 +236,71 @@ func TestSessionLingersAfterBrokerClose(t *testing.T) {
 	}
 }
 
+// TestSessionEndsWhenClientResetsWhileBlocked: a client that reads nothing while it sends
+// more than the inbox holds, to a broker that stops reading (its output at the high-water
+// mark), then resets the connection. down's write fails; up, waiting for inbox room the loop
+// will not make, must end too, so that the loop learns the input ended and the session ends
+// and is released (before the fix it stayed until shutdown).
+func TestSessionEndsWhenClientResetsWhileBlocked(t *testing.T) {
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	e := startFront(t, func(s *Session, b *loopConn) {
+		p := s.Pipe()
+		for !p.InputEnded() { // the loop: write while below the mark, read nothing
+			if p.OutboundBuffered() < testHighWater {
+				p.Write(chunk)
+				continue
+			}
+			<-b.wakes
+		}
+		b.Close()
+	})
+	c := e.dial(t)
+	go func() { // more than the inbox's limit; blocks once TCP's buffers are full too
+		for i := 0; i < 64; i++ {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	// Wait until the session holds a full inbox (up waits in push) and a full outbox.
+	deadline := time.Now().Add(20 * time.Second)
+	poll := time.NewTicker(time.Millisecond) // a condition polled until the deadline
+	defer poll.Stop()
+	var sess *Session
+	for sess == nil {
+		e.l.mu.Lock()
+		for s := range e.l.live {
+			sess = s
+		}
+		e.l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("no session")
+		}
+		<-poll.C
+	}
+	for sess.Pipe().InboundBuffered() < sess.pipe.inLimit || sess.Pipe().OutboundBuffered() < testHighWater {
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox %d of %d, outbox %d of %d: not blocked", sess.Pipe().InboundBuffered(), sess.pipe.inLimit, sess.Pipe().OutboundBuffered(), testHighWater)
+		}
+		<-poll.C
+	}
+	tcp := c.NetConn().(*net.TCPConn)
+	_ = tcp.SetLinger(0)
+	_ = tcp.Close() // a reset
+	for {
+		e.mu.Lock()
+		done := e.released == e.admitted
+		e.mu.Unlock()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end after its client reset the connection")
+		}
+		<-poll.C
+	}
+}
+
 // BenchmarkTLS measures a client uploading (a producer) and downloading (a consumer) 64 KiB
 // writes over TLS: straight from or into a server tls.Conn (direct), and through a Session and
 // the Pipe a broker reads and writes (session). The difference is what the bridge costs
