@@ -69,6 +69,9 @@ func (c *Conn) exchange(ctx context.Context, l *link, op wire.Op, body []byte, d
 // exchangeHeld is exchange for a request the broker may hold up to wait on purpose (a FETCH
 // with MaxWait): the stall watchdog allows that much more silence (stall.go).
 func (c *Conn) exchangeHeld(ctx context.Context, l *link, op wire.Op, body []byte, wait time.Duration, direct bool) ([]byte, error) {
+	if heldByBroker(op) {
+		wait = max(wait, c.opts.RequestTimeout)
+	}
 	cl := &call{done: make(chan struct{})}
 	corr := c.nextCorr()
 	if err := l.register(corr, op, cl, wait); err != nil {
@@ -158,4 +161,20 @@ func (p *pendingCall) wait(ctx context.Context) ([]byte, error) {
 		<-p.cl.done // the answer is being delivered right now
 		return p.cl.body, p.cl.err
 	}
+}
+
+// heldByBroker reports whether the broker answers op from a background job that holds the
+// connection meanwhile (it reads nothing more from it, a PING included, until the job is
+// done): a login (argon2id, queued behind others), a topic or user change, a membership
+// change (in a cluster, each waits up to ten seconds for the metadata group). The stall
+// watchdog allows such a request the Conn's RequestTimeout, its own bound, instead of
+// taking the unanswered PING for a dead broker.
+func heldByBroker(op wire.Op) bool {
+	switch op {
+	case wire.OpAuth, wire.OpCreateTopic, wire.OpDeleteTopic,
+		wire.OpCreateUser, wire.OpDeleteUser, wire.OpSetPassword, wire.OpGrant, wire.OpRevoke,
+		wire.OpAddBroker, wire.OpMoveReplicas, wire.OpDrainBroker, wire.OpRemoveBroker, wire.OpMembership:
+		return true
+	}
+	return false
 }

@@ -126,13 +126,21 @@ func (l *link) stallLocked(now, stall time.Duration) (probe bool, cause error) {
 		l.seenRx, l.heard = rx, now
 		return false, nil
 	}
+	// The broker serves a connection's requests in order and reads nothing past one it holds
+	// (heldByBroker), so the latest end of any waiting request's hold bounds them all.
+	var holdEnd time.Duration
+	for _, p := range l.pending {
+		if p.wait > 0 {
+			holdEnd = max(holdEnd, p.at+p.wait)
+		}
+	}
 	for _, p := range l.pending {
 		quiet := now - max(p.at, l.heard)
-		if quiet-p.wait >= stall {
+		if quiet-max(p.wait, holdEnd-p.at) >= stall {
 			return false, lost(fmt.Errorf("%w: nothing received for %v while %d requests waited (a %v for %v)",
 				ErrStalled, (now - l.heard).Round(time.Millisecond), len(l.pending), p.op, (now - p.at).Round(time.Millisecond)))
 		}
-		probe = probe || quiet-p.wait >= stall/2
+		probe = probe || quiet-max(p.wait, holdEnd-p.at) >= stall/2
 	}
 	return probe && !l.probing, nil
 }

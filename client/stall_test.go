@@ -126,6 +126,41 @@ func TestStallSparesSlowAnswers(t *testing.T) {
 	})
 }
 
+// A topic change the broker works on for three StallTimeouts, reading nothing from the
+// connection meanwhile (as a broker's background job holds it: the PING probe goes
+// unanswered), keeps its connection: the watchdog allows such a request its RequestTimeout.
+func TestStallSparesHeldAdminRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const stall = time.Second
+		fb := startPipeFake(t)
+		fb.set(func(fb *fakeBroker) {
+			fb.opHook = func(_ *fakeConn, h wire.Header, _ []byte) bool {
+				switch h.Op {
+				case wire.OpPing:
+					return true // never answered
+				case wire.OpCreateTopic:
+					time.Sleep(3 * stall) // the job, with the connection held
+				}
+				return false
+			}
+		})
+		c, err := client.DialFunc(testCtx(t), fb.DialPipe, client.Options{User: fakeUser, Password: fakePass, StallTimeout: stall, KeepAlive: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		if err := c.CreateTopic(testCtx(t), client.TopicConfig{Name: "slow"}); err != nil {
+			t.Fatalf("CreateTopic held for %v: %v", time.Since(start), err)
+		}
+		var accepted int
+		fb.get(func(fb *fakeBroker) { accepted = fb.accepted })
+		if accepted != 1 {
+			t.Fatalf("%d connections; want the one", accepted)
+		}
+	})
+}
+
 // Node 2 leads partition 0 and freezes while batches wait for its answers (some stored and
 // unanswered: the replicas have them); node 3 takes over. Within about one StallTimeout the
 // producer gives the frozen connection up, asks node 1 who leads, and re-sends every
