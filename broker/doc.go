@@ -49,6 +49,12 @@
 //     Reserve and Commit): partition.idemMu, a transient partition's producer state.
 //  5. producerIDs.fileMu (reserving a block of producer ids, on the meta pool), then
 //     producerIDs.mu.
+//  6. A subscriber connection's directState.mu (direct.go: its socket lent to other loops).
+//     A producer's loop holds it (TryLock only, never waiting) while it takes a ring slot's
+//     read lock and writes the DELIVER; the owner's OnClose takes it (Lock) inside its own
+//     writev, under a slot's read lock: the reverse order, which cannot deadlock because
+//     the owner writes only after reclaiming the socket (lent false), and a producer that
+//     finds lent false takes no slot lock.
 //
 // Leaves, under which nothing else is taken: conn.mu (completions, durable acks and commit
 // answers),

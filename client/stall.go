@@ -17,7 +17,9 @@ import (
 // after unanswered pings; the Conn does both, per link:
 //
 //   - every request waiting for its answer carries when it was registered and how long the
-//     broker may hold it on purpose (a FETCH's or a HEARTBEAT's MaxWait; 0 for the others);
+//     broker may hold it on purpose (a FETCH's or a HEARTBEAT's MaxWait; RequestTimeout for
+//     the requests a broker answers from a background job that holds the connection,
+//     heldByBroker; 0 for the others), and a request behind a held one shares its end;
 //   - the reader counts the socket reads that return bytes (link.rx, one atomic add per
 //     read, no clock);
 //   - the watchdog goroutine (one per Conn) looks at every node's working link each
