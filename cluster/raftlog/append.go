@@ -150,23 +150,11 @@ func (s *Storage) appendOne(e *raftpb.Entry) error {
 func (s *Storage) ApplySnapshot(snap raftpb.Snapshot) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.broken != nil {
-		return s.broken
-	}
-	m := snap.Metadata
-	if m.Index <= s.st.SnapIndex {
-		return raft.ErrSnapOutOfDate
-	}
-	off, err := decodeSnapshotData(snap.Data)
+	st, off, err := s.snapshotState(snap)
 	if err != nil {
 		return err
 	}
-	if m.Term > math.MaxInt32 {
-		return fmt.Errorf("%w: snapshot at %d: term %d does not fit the leader epoch field", ErrBadEntry, m.Index, m.Term)
-	}
-	st := s.st
-	st.SnapIndex, st.SnapTerm = m.Index, m.Term
-	st.ConfState, st.ConfIndex = m.ConfState, m.Index
+	m := snap.Metadata
 	st.FirstOffset, st.ResetPending = off, true
 	st.HardState.Commit = max(st.HardState.Commit, m.Index)
 	if err := s.sf.Save(st, true); err != nil {
@@ -265,4 +253,29 @@ func (s *Storage) compactTo(start int64) error {
 	}
 	s.opts.Log.Logf("raftlog %s: retention: the raft log starts at entry %d (offset %d)", s.dir, first, start)
 	return nil
+}
+
+// snapshotState checks snap against the Storage (not broken, newer than its snapshot, data
+// and term that fit the log) and returns the state that takes it (index, term, membership)
+// and the log offset its data names: what ApplySnapshot and InstallSnapshot share. s.mu is
+// held; nothing is changed.
+func (s *Storage) snapshotState(snap raftpb.Snapshot) (State, int64, error) {
+	if s.broken != nil {
+		return State{}, 0, s.broken
+	}
+	m := snap.Metadata
+	if m.Index <= s.st.SnapIndex {
+		return State{}, 0, raft.ErrSnapOutOfDate
+	}
+	off, err := decodeSnapshotData(snap.Data)
+	if err != nil {
+		return State{}, 0, err
+	}
+	if m.Term > math.MaxInt32 {
+		return State{}, 0, fmt.Errorf("%w: snapshot at %d: term %d does not fit the leader epoch field", ErrBadEntry, m.Index, m.Term)
+	}
+	st := s.st
+	st.SnapIndex, st.SnapTerm = m.Index, m.Term
+	st.ConfState, st.ConfIndex = m.ConfState, m.Index
+	return st, off, nil
 }

@@ -2,11 +2,9 @@ package raftlog
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lightq/lightq/log"
@@ -352,26 +350,14 @@ func (s *Storage) CanKeepBelow(from int64) bool {
 func (s *Storage) InstallSnapshot(snap raftpb.Snapshot, c *CatchUp) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.broken != nil {
-		return s.broken
-	}
-	m := snap.Metadata
-	if m.Index <= s.st.SnapIndex {
-		return raft.ErrSnapOutOfDate
-	}
-	off, err := decodeSnapshotData(snap.Data)
+	st, off, err := s.snapshotState(snap)
 	if err != nil {
 		return err
 	}
-	if m.Term > math.MaxInt32 {
-		return fmt.Errorf("%w: snapshot at %d: term %d does not fit the leader epoch field", ErrBadEntry, m.Index, m.Term)
-	}
+	m := snap.Metadata
 	if off != c.to || c.snapIndex != m.Index {
 		return fmt.Errorf("raftlog: install the snapshot at %d (offset %d) with segments prepared for %d (offset %d)", m.Index, off, c.snapIndex, c.to)
 	}
-	st := s.st
-	st.SnapIndex, st.SnapTerm = m.Index, m.Term
-	st.ConfState, st.ConfIndex = m.ConfState, m.Index
 	st.FirstOffset, st.ResetPending, st.InstallPending = off, true, true
 	st.HardState.Commit = max(st.HardState.Commit, m.Index)
 	if err := s.sf.Save(st, true); err != nil {
