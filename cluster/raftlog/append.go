@@ -154,8 +154,18 @@ func (s *Storage) ApplySnapshot(snap raftpb.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	m := snap.Metadata
-	st.FirstOffset, st.ResetPending = off, true
+	return s.restartAt(st, snap.Metadata, off, false, "empty the log for", func() error { return s.l.Reset(off) })
+}
+
+// restartAt makes the log start again after snapshot m, at log offset off, with the state
+// st (snapshotState's): st is saved and synced with a reset pending (and an install, when
+// installing segments), the scrub starts over and the epochs file is emptied (what the log
+// holds below the snapshot is not the raft log's: the entries after it record their own
+// epochs), fill empties the log or installs the segments, then the flags are cleared
+// (synced). What ApplySnapshot and InstallSnapshot share; Open finishes a restart a crash
+// interrupted. s.mu is held; a write error breaks the Storage.
+func (s *Storage) restartAt(st State, m raftpb.SnapshotMetadata, off int64, installing bool, what string, fill func() error) error {
+	st.FirstOffset, st.ResetPending, st.InstallPending = off, true, installing
 	st.HardState.Commit = max(st.HardState.Commit, m.Index)
 	if err := s.sf.Save(st, true); err != nil {
 		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
@@ -166,10 +176,10 @@ func (s *Storage) ApplySnapshot(snap raftpb.Snapshot) error {
 	if err := s.ep.save(); err != nil {
 		return s.fail(err)
 	}
-	if err := s.l.Reset(off); err != nil {
-		return s.fail(fmt.Errorf("raftlog: empty the log for the snapshot at %d: %w", m.Index, err))
+	if err := fill(); err != nil {
+		return s.fail(fmt.Errorf("raftlog: %s the snapshot at %d: %w", what, m.Index, err))
 	}
-	st.ResetPending = false
+	st.ResetPending, st.InstallPending = false, false
 	if err := s.sf.Save(st, true); err != nil {
 		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
 	}

@@ -358,32 +358,7 @@ func (s *Storage) InstallSnapshot(snap raftpb.Snapshot, c *CatchUp) error {
 	if off != c.to || c.snapIndex != m.Index {
 		return fmt.Errorf("raftlog: install the snapshot at %d (offset %d) with segments prepared for %d (offset %d)", m.Index, off, c.snapIndex, c.to)
 	}
-	st.FirstOffset, st.ResetPending, st.InstallPending = off, true, true
-	st.HardState.Commit = max(st.HardState.Commit, m.Index)
-	if err := s.sf.Save(st, true); err != nil {
-		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
-	}
-	s.st = st
-	s.gen++
-	// The installed segments end at the snapshot, below the raft log's first entry: no epoch
-	// of this replica's old log describes them, and the entries after the snapshot will
-	// record their own (as ApplySnapshot).
-	s.ep.list = nil
-	if err := s.ep.save(); err != nil {
-		return s.fail(err)
-	}
-	if err := s.l.Install(c.src); err != nil {
-		return s.fail(fmt.Errorf("raftlog: install the segments of the snapshot at %d: %w", m.Index, err))
-	}
-	st.ResetPending, st.InstallPending = false, false
-	if err := s.sf.Save(st, true); err != nil {
-		return s.fail(fmt.Errorf("raftlog: record the snapshot at %d: %w", m.Index, err))
-	}
-	s.st = st
-	s.win.reset()
-	s.cur = cursor{}
-	s.last, s.lastTerm = m.Index, m.Term
-	return nil
+	return s.restartAt(st, m, off, true, "install the segments of", func() error { return s.l.Install(c.src) })
 }
 
 // prepareOpen runs before the log opens: an install the state says is pending is finished
