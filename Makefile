@@ -86,15 +86,17 @@ bench-fetch:
 	./tools/bench-fetch.sh
 
 # LightQ vs NATS side by side (installs the pinned NATS peers on first use, ~4 min; then ~45 min): prints the
-# table and rewrites docs/PERFORMANCE.md's generated sections and docs/compare-throughput.svg.
+# table and rewrites the generated sections of docs/PERFORMANCE.md (single broker) and
+# docs/PERFORMANCE-REPLICATION.md (three-broker clusters), and docs/compare-throughput.svg.
 # COMPARE_CASES=durable,fsync runs a subset and then leaves the docs alone, except
 # COMPARE_CASES=replicated (three-broker clusters of each, ~20 min), which rewrites the replication
-# section only; make compare-smoke runs every case (or COMPARE_CASES) in seconds with tiny counts,
+# file only; make compare-smoke runs every case (or COMPARE_CASES) in seconds with tiny counts,
 # to check the tool, not to measure.
 COMPARE_ROUNDS ?= 3
 COMPARE_CASES ?=
+COMPARE_DOCS = -doc docs/PERFORMANCE.md -doc-replicated docs/PERFORMANCE-REPLICATION.md
 compare:
-	$(GO) run ./tools/compare -rounds $(COMPARE_ROUNDS) $(if $(COMPARE_CASES),-cases $(COMPARE_CASES) $(if $(filter-out replicated,$(COMPARE_CASES)),,-doc docs/PERFORMANCE.md),-doc docs/PERFORMANCE.md -svg docs/compare-throughput.svg) $(ARGS)
+	$(GO) run ./tools/compare -rounds $(COMPARE_ROUNDS) $(if $(COMPARE_CASES),-cases $(COMPARE_CASES) $(if $(filter-out replicated,$(COMPARE_CASES)),,$(COMPARE_DOCS)),$(COMPARE_DOCS) -svg docs/compare-throughput.svg) $(ARGS)
 
 compare-smoke:
 	$(GO) run ./tools/compare -smoke $(if $(COMPARE_CASES),-cases $(COMPARE_CASES)) $(ARGS)

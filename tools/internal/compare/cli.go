@@ -5,7 +5,8 @@
 //
 //	go run ./tools/compare [-rounds 3] [-cases transient,fanout,durable,tls,fsync,latency,tcp,sizes,replicated]
 //	                       [-sustain-bytes 2GB] [-sustain-time 10s] [-repl-bytes 2GB] [-work-dir DIR]
-//	                       [-doc docs/PERFORMANCE.md] [-svg docs/throughput-by-size.svg]
+//	                       [-doc docs/PERFORMANCE.md] [-doc-replicated docs/PERFORMANCE-REPLICATION.md]
+//	                       [-svg docs/throughput-by-size.svg]
 //
 // The peer is pinned: nats-server v2.15.2 and the nats CLI v0.5.0 (its `nats bench` and
 // `nats latency`), installed from the Go module proxy into -peers-bin unless they are there
@@ -84,6 +85,7 @@ type Config struct {
 	Install          bool
 	Repo             string // module root
 	DocPath, SVGPath string
+	DocReplPath      string // the replicated cases' generated section goes here when set
 	RawPath          string
 	Log              io.Writer
 
@@ -149,6 +151,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Install, "install", cfg.Install, "install the pinned NATS peers into -peers-bin when missing")
 	fs.StringVar(&cfg.Repo, "repo", "", "LightQ module root (default: found from the working directory)")
 	fs.StringVar(&cfg.DocPath, "doc", "", "rewrite the generated section of this Markdown file (between compare:begin/end markers)")
+	fs.StringVar(&cfg.DocReplPath, "doc-replicated", "", "rewrite the replicated cases' generated section in this Markdown file instead of -doc's")
 	fs.StringVar(&cfg.SVGPath, "svg", "", "write the throughput-by-size plot to this SVG file")
 	fs.StringVar(&cfg.RawPath, "raw", "", "write every measurement as JSON to this file")
 	smokeRun := fs.Bool("smoke", false, "every case in seconds: one round, tiny counts, no idle wait (checks the tool; its figures mean nothing); other flags still apply")
@@ -240,7 +243,7 @@ func render(cfg Config, raw string, stdout, stderr io.Writer) int {
 		err = os.WriteFile(cfg.SVGPath, rep.svg(), 0o644)
 	}
 	if err == nil && cfg.DocPath != "" {
-		err = rep.updateDoc(cfg.DocPath)
+		err = rep.updateDocs(cfg.DocPath, cfg.DocReplPath)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "compare:", err)

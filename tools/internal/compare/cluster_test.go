@@ -285,7 +285,7 @@ func TestDocSections(t *testing.T) {
 		return string(b)
 	}
 	rep := newReport(cfg, repl)
-	if err := rep.updateDoc(path); err != nil {
+	if err := rep.updateDoc(path, docSections); err != nil {
 		t.Fatal(err)
 	}
 	s := read()
@@ -294,7 +294,7 @@ func TestDocSections(t *testing.T) {
 		t.Errorf("replicated run:\n%s", s)
 	}
 	rep = newReport(cfg, append([]caseDef{main}, repl...))
-	if err := rep.updateDoc(path); err != nil {
+	if err := rep.updateDoc(path, docSections); err != nil {
 		t.Fatal(err)
 	}
 	s = read()
@@ -304,11 +304,48 @@ func TestDocSections(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# t\n\n"+docBegin+"\nx\n"+docEnd+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := newReport(cfg, repl).updateDoc(path); err != nil {
+	if err := newReport(cfg, repl).updateDoc(path, docSections); err != nil {
 		t.Fatal(err)
 	}
 	if s := read(); !strings.Contains(s, docEnd+"\n\n"+docReplBegin) || !strings.HasSuffix(s, docReplEnd+"\n") || !strings.Contains(s, "\nx\n") {
 		t.Errorf("appended section:\n%s", s)
+	}
+}
+
+// TestDocSectionsSplit: with a file for the replicated section, each section goes to its
+// own file, and a run without a file's cases leaves that file alone.
+func TestDocSectionsSplit(t *testing.T) {
+	dir := t.TempDir()
+	mainPath, replPath := filepath.Join(dir, "PERF.md"), filepath.Join(dir, "REPL.md")
+	mainOrig := "# m\n\n" + docBegin + "\nold main\n" + docEnd + "\n"
+	replOrig := "# r\n\n" + docReplBegin + "\nold repl\n" + docReplEnd + "\n"
+	for p, s := range map[string]string{mainPath: mainOrig, replPath: replOrig} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	cfg := Config{Rounds: 1, Cases: []string{"replicated"}, SustainBytes: 2e9, LatencyRate: 50000, LatencyDuration: time.Second, LatencyLinger: "-1ms"}
+	repl := (&runner{cfg: cfg}).cases()
+	if err := newReport(cfg, repl).updateDocs(mainPath, replPath); err != nil {
+		t.Fatal(err)
+	}
+	if m, r := read(mainPath), read(replPath); m != mainOrig || strings.Contains(r, "old repl") || !strings.Contains(r, "| replicated x3, durable 100 B, acks 1") {
+		t.Errorf("replicated run:\nmain:\n%s\nrepl:\n%s", m, r)
+	}
+	main := caseDef{id: "transient-100", family: "transient", title: "transient 100 B", rows: []rowDef{{key: "sub", label: "msgs/s"}}}
+	if err := newReport(cfg, append([]caseDef{main}, repl...)).updateDocs(mainPath, replPath); err != nil {
+		t.Fatal(err)
+	}
+	if m, r := read(mainPath), read(replPath); strings.Contains(m, "old main") || strings.Contains(m, "replicated x3") || strings.Contains(m, docReplBegin) ||
+		!strings.Contains(m, "| transient 100 B | msgs/s |") || strings.Contains(r, docBegin) {
+		t.Errorf("both:\nmain:\n%s\nrepl:\n%s", m, r)
 	}
 }
 

@@ -400,15 +400,31 @@ func (r *report) markdownOf(sec docSection) string {
 	return b.String()
 }
 
-// updateDoc replaces the text between the markers of each section that has cases in this
-// run (appending the section when its markers are missing); the others are left alone.
-func (r *report) updateDoc(path string) error {
+// updateDocs writes the generated sections: the replicated one into replPath when it is set
+// (docs/PERFORMANCE-REPLICATION.md), every section into mainPath otherwise.
+func (r *report) updateDocs(mainPath, replPath string) error {
+	if replPath == "" || replPath == mainPath {
+		return r.updateDoc(mainPath, docSections)
+	}
+	if err := r.updateDoc(mainPath, docSections[:1]); err != nil {
+		return err
+	}
+	return r.updateDoc(replPath, docSections[1:])
+}
+
+// updateDoc replaces the text between the markers of each of sections that has cases in
+// this run (appending the section when its markers are missing); the others are left alone.
+// A file without any section of this run is not touched.
+func (r *report) updateDoc(path string, sections []docSection) error {
+	if !slices.ContainsFunc(sections, func(sec docSection) bool { return slices.ContainsFunc(r.cases, sec.has) }) {
+		return nil
+	}
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	s := string(old)
-	for _, sec := range docSections {
+	for _, sec := range sections {
 		if !slices.ContainsFunc(r.cases, sec.has) {
 			continue
 		}

@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*report, error) {
 		}
 	}
 	if cfg.DocPath != "" {
-		if err := rep.updateDoc(cfg.DocPath); err != nil {
+		if err := rep.updateDocs(cfg.DocPath, cfg.DocReplPath); err != nil {
 			return rep, err
 		}
 	}
