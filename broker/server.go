@@ -257,6 +257,9 @@ func (s *Server) Start() error {
 		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
+		if s.sessions != nil {
+			s.sessions.close()
+		}
 		s.watcher.close()
 		s.closeOps()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
