@@ -212,9 +212,10 @@ func (s *Server) drainBroker(id uint32) (uint32, error) {
 	return moves, answer(wire.CodeReplicasChanged, "broker %d: partitions kept moving under the drain; %d moves started, drain it again", id, moves)
 }
 
-// removeBroker takes a drained broker out of the cluster: out of the metadata group, then out
-// of the metadata (the other brokers stop sending to it). Refused while the metadata lists it
-// among the replicas of any partition, moves under way included.
+// removeBroker takes a drained broker out of the cluster: marked removing (if it is not), out
+// of the metadata group, then out of the metadata (the other brokers stop sending to it).
+// Refused while the metadata lists it among the replicas of any partition, moves under way
+// included.
 func (s *Server) removeBroker(id uint32) error {
 	n := s.cluster
 	if n == nil {
@@ -234,6 +235,14 @@ func (s *Server) removeBroker(id uint32) error {
 	if h := st.HeldBy(node); h.Replicas+h.Leaving > 0 {
 		return answer(wire.CodeBrokerInUse, "broker %d is a replica of %d partitions (the first: %s) and is leaving %d more whose moves have not finished: drain it first (DRAIN_BROKER) and wait until MEMBERSHIP shows no move",
 			id, h.Replicas, h.First, h.Leaving)
+	}
+	if b, _ := st.Broker(node); isBroker && b.State == cmeta.BrokerActive {
+		// Marked removing before it leaves the metadata group: the metadata group's heal
+		// (clusterheal.go) adds back an active broker it lacks, and must not undo a removal
+		// interrupted between the two steps below.
+		if err := n.change(&cmeta.DrainBroker{ID: node}); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), metaTimeout)
 	defer cancel()

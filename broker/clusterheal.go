@@ -26,6 +26,15 @@ import (
 // (replica.ErrStaleChange) rather than demoting the voter it has become. Healing never
 // removes anything: a group member the metadata does not list is left to a move.
 //
+// The metadata group heals the same way (healMeta): every broker the metadata lists as active
+// is to be a voter of it. It is reset like a partition's group (checkLost runs in every
+// replica), and a metadata leader that loses its leadership between the removal and the
+// re-add leaves the broker out of the group, listed and active in the metadata but receiving
+// none of it (cluster/replica addBack names the case). A broker on its way out is marked
+// removing before it leaves the group (removeBroker), so an interrupted REMOVE_BROKER, which
+// leaves a removing broker listed but out of the group, is not undone: REMOVE_BROKER again
+// finishes it.
+//
 // Concurrency: the mover's goroutine, as for moves.
 
 // healAll heals, at most every healEvery unless a heal is under way, every partition not
@@ -36,7 +45,7 @@ func (m *mover) healAll(st *cmeta.State, live map[uint64]bool) bool {
 		return false
 	}
 	m.lastHeal = time.Now()
-	m.healing = false
+	m.healing = m.healMeta(st, live)
 	for _, t := range st.Topics() {
 		for i, p := range t.Partitions {
 			if p.Moving() || !slices.Contains(p.Replicas, m.n.id) {
@@ -59,6 +68,32 @@ func (m *mover) healAll(st *cmeta.State, live map[uint64]bool) bool {
 		}
 	}
 	return m.healing
+}
+
+// metaTopic names the metadata group in a heal's log lines (it is no topic's).
+const metaTopic = "(cluster metadata)"
+
+// healMeta heals the metadata group when this broker leads it: each broker the metadata lists
+// as active that is not a voter is added as a learner, then promoted once caught up, as a
+// partition's missing replica is. It marks the group in live and reports whether it is
+// healing.
+func (m *mover) healMeta(st *cmeta.State, live map[uint64]bool) bool {
+	rep := m.n.meta.Replica()
+	if !rep.Status().IsLeader {
+		return false
+	}
+	var want []uint64
+	for _, b := range st.Brokers() {
+		if b.State == cmeta.BrokerActive {
+			want = append(want, b.ID)
+		}
+	}
+	a := cmeta.Assignment{Topic: metaTopic, Partition: -1, Group: cmeta.Group, Replicas: want}
+	if !m.heal(a, rep) {
+		return false
+	}
+	live[cmeta.Group] = true
+	return true
 }
 
 // heal takes the next step of healing a's group on its leader rep; it reports whether the

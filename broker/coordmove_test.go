@@ -345,8 +345,8 @@ func testNoTwoHolders(t *testing.T, move func(t *testing.T, cl *brokertest.Clust
 	stopConsuming()
 	wg.Wait()
 	for i, k := range consumers {
-		// Close calls no OnRevoke: the member's holdings end as it starts (it delivers
-		// nothing more; its LEAVE_GROUP hands them to the other at once).
+		// The member's holdings end as Close starts (it delivers nothing more; Close's
+		// OnRevoke ends them again, and its LEAVE_GROUP hands them to the other at once).
 		h.closeAll(i)
 		if err := k.Close(); err != nil {
 			t.Errorf("member %d: Close: %v", i, err)

@@ -71,7 +71,45 @@ func (c *conn) handleJoinGroup(corr uint32, body []byte) {
 	case c.srv.cluster != nil:
 		c.joinReplicated(corr, t, &m)
 	default:
-		c.joinGroup(corr, t, &m, nil)
+		c.joinSingle(corr, t, &m)
+	}
+}
+
+// joinSingle is JOIN_GROUP of a broker without a cluster: a session longer than the one
+// recorded for the start withhold (groupSessions) is recorded first, on the meta pool, and
+// the join answered after the fsync; any other join is answered at once. A session outside
+// the broker's bounds is not recorded: joinGroup refuses it.
+func (c *conn) joinSingle(corr uint32, t *topic, m *wire.JoinGroup) {
+	gc := &c.srv.cfg.Groups
+	session := time.Duration(m.SessionTimeoutMs) * time.Millisecond
+	if session == 0 {
+		session = gc.SessionTimeout
+	}
+	gs := c.srv.sessions
+	if session < gc.MinSessionTimeout || session > gc.MaxSessionTimeout || gs.admit(session) {
+		c.joinGroup(corr, t, m, nil)
+		return
+	}
+	c.commitWaits++ // an owed answer the drain waits for
+	ok := c.srv.metaPool.Submit(func() {
+		err := gs.raise(session)
+		if err != nil {
+			c.srv.log.Error().Err(err).Msg("cannot record a group session timeout; JOIN_GROUP asking for a longer one than recorded fails until this is fixed and the broker restarted")
+		}
+		c.complete(func(c *conn) {
+			c.commitWaits--
+			switch {
+			case c.closed():
+			case err != nil:
+				c.sendError(corr, wire.CodeStorageError, fmt.Sprintf("JOIN_GROUP: the broker cannot record the session timeout %v on its disk (its log says why)", session))
+			default:
+				c.joinGroup(corr, t, m, nil)
+			}
+		})
+	})
+	if !ok {
+		c.commitWaits--
+		c.sendError(corr, wire.CodeResourceLimit, "JOIN_GROUP: the broker is busy; retry")
 	}
 }
 

@@ -83,34 +83,13 @@ func openProducerIDs(dataDir string, block int64) (*producerIDs, error) {
 	return a, nil
 }
 
-// write records that ids below end may be handed out: temp file, fsync, rename, directory
-// fsync.
+// write records that ids below end may be handed out (writeFileDurable).
 func (a *producerIDs) write(end int64) error {
 	b := make([]byte, 16)
 	copy(b, producerIDsMagic)
 	binary.BigEndian.PutUint64(b[8:], uint64(end))
 	binary.BigEndian.PutUint32(b[4:], wire.Checksum(b[8:]))
-	tmp := a.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err == nil {
-		_, err = f.Write(b)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, a.path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(a.path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
+	err := writeFileDurable(a.path, b)
 	if err != nil {
 		return fmt.Errorf("producer ids: reserving ids below %d in %s: %w", end, a.path, err)
 	}

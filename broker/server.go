@@ -53,6 +53,7 @@ type Server struct {
 	watcher  *writableWatcher // EPOLLOUT for sendfile transfers
 	offsets  *offsetStore
 	groups   *group.Coordinator // consumer group membership (groups.go); in memory only
+	sessions *groupSessions     // the longest group session granted, for the start withhold (groupsessions.go); nil in a cluster
 	loops    loopStates         // per-event-loop scratch (record validation); see loopState
 	metrics  *brokerMetrics     // nil unless Config.HTTPAddr is set (metrics.go)
 	ops      *opshttp.Server    // the operations listener, or nil (metrics_http.go)
@@ -184,6 +185,11 @@ func newServer(cfg Config, ops *opshttp.Server, reg *prometheus.Registry) (*Serv
 	})
 	s.groups = group.New(cfg.Groups)
 	s.loadTopics(store.State())
+	if !cfg.Cluster.Enabled() {
+		if err := s.withholdAtStart(store.State()); err != nil {
+			return nil, err
+		}
+	}
 	s.trackStoredGroups()
 	return s, nil
 }
@@ -251,6 +257,9 @@ func (s *Server) Start() error {
 		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
+		if s.sessions != nil {
+			s.sessions.close()
+		}
 		s.watcher.close()
 		s.closeOps()
 		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, s.runErr)
@@ -358,6 +367,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.authPool.Close()
 		s.ioPool.Close()
 		s.metaPool.Close()
+		if s.sessions != nil {
+			s.sessions.close()
+		}
 		s.watcher.close()
 		s.offsets.close()
 		s.loops.close() // the loops have stopped

@@ -58,7 +58,9 @@ type ConsumerOptions struct {
 	// the application may finish what it holds for them. It returns the next offsets to
 	// commit for them instead of their positions, or nil to commit the positions. lost is
 	// true when the membership itself ended (the session expired): nothing is committed
-	// then, and the consumer joins again.
+	// then, and the consumer joins again. Close calls it too, with every partition the
+	// consumer holds, before it commits and leaves the group (nil then commits the
+	// positions unless AutoCommit is disabled).
 	OnRevoke func(partitions []int32, lost bool) map[int32]int64
 	// Start is where a partition without a committed offset starts. Default Earliest().
 	Start StartPosition
@@ -367,7 +369,7 @@ func newConsumer(ctx context.Context, c *Conn, opts ConsumerOptions, owned bool)
 		}
 		// The first assignment: its starts are resolved before NewConsumer returns.
 		if err := k.reconcile(); err != nil {
-			_ = k.leave()
+			_ = k.leave(nil)
 			k.member.cancel()
 			k.abort()
 			return nil, err
@@ -492,8 +494,11 @@ func (k *Consumer) reporter() {
 }
 
 // Close stops the fetchers and, with a Group and AutoCommit not disabled, commits the
-// positions (bounded by Options.RequestTimeout); a group member then leaves the group, so the
-// other members get its partitions at once. It closes the connection of a DialConsumer.
+// positions (bounded by Options.RequestTimeout). A group member first calls OnRevoke with the
+// partitions it holds, as a rebalance that takes them all would, and commits the offsets it
+// returns (or the positions, as above), then leaves the group, so the other members get its
+// partitions at once; the whole of it is bounded by one Options.RequestTimeout when the
+// broker does not answer. It closes the connection of a DialConsumer.
 // Each and Messages end with ErrClosed; a record whose handler is running during Close is
 // not committed. It is idempotent and safe from any goroutine, including a handler and
 // OnError; it returns the commit's error.
@@ -523,7 +528,7 @@ func (k *Consumer) Close() error {
 		k.unwatch()
 		switch {
 		case k.member != nil:
-			k.closeErr = k.leave() // commits first, unless AutoCommit is disabled
+			k.closeErr = k.closeMember() // OnRevoke, commit, LEAVE_GROUP
 		case k.opts.Group != "" && k.opts.AutoCommit > 0:
 			c := k.currentConn()
 			ctx, cancel := c.withTimeout(context.Background())

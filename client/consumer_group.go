@@ -21,8 +21,8 @@ import (
 // GROUP_COMMIT, and only then drops it from the owned set the next heartbeat reports; for a
 // partition given it marks it owned first, resolves its start and starts its fetcher. On
 // UNKNOWN_MEMBER or FENCED_MEMBER the reconciler drops every partition without committing
-// and the heartbeater joins again with the same member id. Close stops both, commits and
-// leaves.
+// and the heartbeater joins again with the same member id. Close stops both, then revokes
+// what the consumer holds as a rebalance would (OnRevoke, commit) and leaves (closeMember).
 //
 // In a cluster the group's requests go to its coordinator (coordinator.go). When the
 // coordinator moves (a heartbeat answered NOT_COORDINATOR, or the coordinator's connection
@@ -596,30 +596,84 @@ func (k *Consumer) applyRevoke() bool {
 	return dropped
 }
 
-// leave commits (unless disabled) and leaves the group; Close calls it after stopping the
-// member's goroutines and the fetchers.
-func (k *Consumer) leave() error {
+// closeMember ends the membership at Close the way a rebalance that takes every partition
+// would: OnRevoke with the partitions the consumer holds (started, OnAssign called), then
+// the offsets it returns committed (nil: the positions, unless AutoCommit is disabled, as
+// Close always did), then LEAVE_GROUP, so the coordinator hands the partitions over at once
+// instead of after the session timeout. When the membership is already lost (declared by
+// the heartbeater, or the local session deadline passed, and not yet applied by the
+// reconciler) OnRevoke is told so and nothing is committed: another member may hold the
+// partitions. Close calls it after stopping the heartbeater, the reconciler and the
+// fetchers, so nothing else calls OnRevoke or moves a position meanwhile (a handler
+// running during Close may still finish one record). Everything it sends is bounded by one
+// RequestTimeout: a broker that is gone costs Close that long, not the session timeout.
+func (k *Consumer) closeMember() error {
+	m := k.member
+	m.mu.Lock()
+	owned, lost := slices.Clone(m.owned), m.lost
+	m.mu.Unlock()
+	lost = lost || m.expired()
+	var held []int32
+	for _, id := range owned {
+		if p := k.byID[int32(id)]; p != nil && p.active.Load() {
+			held = append(held, p.id)
+		}
+	}
+	var offsets map[int32]int64
+	if len(held) > 0 && k.opts.OnRevoke != nil {
+		offsets = k.opts.OnRevoke(held, lost)
+	}
+	switch {
+	case lost:
+		offsets = nil
+	case offsets == nil && k.opts.AutoCommit > 0:
+		offsets = make(map[int32]int64)
+		for _, id := range held {
+			if p := k.byID[id]; p.moved.Load() && p.pos.Load() != p.committed.Load() {
+				offsets[id] = p.pos.Load()
+			}
+		}
+	}
+	for id := range offsets {
+		if !slices.Contains(held, id) {
+			delete(offsets, id) // as on a revocation: only what it holds
+		}
+	}
+	return k.leave(offsets)
+}
+
+// leave commits offsets (partitions the consumer holds) and leaves the group, all within
+// one RequestTimeout. A commit refused UNKNOWN_MEMBER means the membership ended unnoticed
+// (a broker restart, or a session expiry while the connection was down): the consumer joins
+// again and commits those of the offsets the join gives back, each only while the group's
+// committed offset is still the one this consumer last stored (nobody else committed the
+// partition meanwhile, so the records before the position were this consumer's to commit).
+func (k *Consumer) leave(offsets map[int32]int64) error {
 	c := k.currentConn()
 	ctx, cancel := c.withTimeout(context.Background())
 	defer cancel()
-	var err error
-	if k.opts.AutoCommit > 0 {
-		err = k.Commit(ctx)
-		if errors.Is(err, &wire.Error{Code: wire.CodeUnknownMember}) {
-			// The membership ended unnoticed (a broker restart or a session expiry while
-			// the connection was down): join again, and commit what that gives back.
-			if err = k.join(ctx, c); err == nil {
-				k.member.mu.Lock()
-				got := slices.Clone(k.member.want)
-				k.member.mu.Unlock()
-				offsets := make(map[int32]int64)
-				for _, id := range got {
-					if p := k.byID[int32(id)]; p.active.Load() && p.moved.Load() && p.pos.Load() != p.committed.Load() {
-						offsets[p.id] = p.pos.Load()
-					}
+	err := k.CommitOffsets(ctx, offsets)
+	if errors.Is(err, &wire.Error{Code: wire.CodeUnknownMember}) {
+		if err = k.join(ctx, c); err == nil {
+			k.member.mu.Lock()
+			got := slices.Clone(k.member.want)
+			k.member.mu.Unlock()
+			again := make(map[int32]int64)
+			for _, id := range got {
+				off, ok := offsets[int32(id)]
+				if !ok {
+					continue
 				}
-				err = k.CommitOffsets(ctx, offsets)
+				cur, ferr := c.FetchCommitted(ctx, wire.FetchCommitted{Group: k.opts.Group, Topic: k.topic, Partition: id})
+				if ferr != nil {
+					err = errors.Join(err, ferr)
+					continue
+				}
+				if cur == k.byID[int32(id)].committed.Load() {
+					again[int32(id)] = off
+				}
 			}
+			err = errors.Join(err, k.CommitOffsets(ctx, again))
 		}
 	}
 	req := wire.LeaveGroup{Group: k.opts.Group, Topic: k.topic, Member: k.member.id}

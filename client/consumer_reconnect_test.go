@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lightq/lightq/broker"
 	"github.com/lightq/lightq/client"
@@ -17,7 +18,10 @@ import (
 func TestDialConsumerReconnect(t *testing.T) {
 	t.Parallel()
 	proxy, dir := proxytest.Start(t), t.TempDir()
-	same := func(cfg *broker.Config) { cfg.DataDir = dir }
+	same := func(cfg *broker.Config) {
+		cfg.DataDir = dir
+		cfg.Groups.MinSessionTimeout = 100 * time.Millisecond
+	}
 	srv1, c1 := ckSetup(t, same, "dur", 2)
 	proxy.SetBackend(srv1.Addr())
 	const n1, n2 = 2000, 1000
@@ -30,7 +34,8 @@ func TestDialConsumerReconnect(t *testing.T) {
 	redialFailed := make(chan struct{})
 	var redialOnce sync.Once
 	k, err := client.DialConsumer(itCtx(t), proxy.Addr(), client.Options{User: itUser, Password: itPass},
-		client.ConsumerOptions{Topic: "dur", Group: "g", MaxBytes: 8 << 10, Prefetch: 32 << 10, OnError: func(err error) {
+		// A session of 2 s: the restarted broker withholds the group's partitions that long.
+		client.ConsumerOptions{Topic: "dur", Group: "g", SessionTimeout: 2 * time.Second, MaxBytes: 8 << 10, Prefetch: 32 << 10, OnError: func(err error) {
 			emu.Lock()
 			defer emu.Unlock()
 			reported = append(reported, err)

@@ -123,7 +123,8 @@
 // not disabled, per broker it fetches from the supervisor that restarts the fetchers on each
 // new connection, the mover (a partition's fetcher to its new leader), the goroutine
 // behind Messages once that is called, and for a group member the heartbeater and the
-// reconciler, which calls OnAssign and OnRevoke. Close waits for the fetchers, the
+// reconciler, which calls OnAssign and OnRevoke (Close calls OnRevoke a last time, once the
+// reconciler has stopped). Close waits for the fetchers, the
 // supervisors, the mover, the auto-committer and a member's two; the OnError goroutine ends after its
 // current call, and the Messages one by closing the channel. A revocation waits until no
 // handler of Each runs (it is applied between two records), so a handler that never returns

@@ -105,6 +105,7 @@ type Coordinator struct {
 	mu       sync.Mutex
 	groups   map[key]*group
 	withheld map[key]time.Time // groups whose partitions nobody gets before then (Withhold)
+	all      time.Time         // every group's partitions, of groups that join later too (WithholdAll); zero when none
 	members  int               // in all groups
 	lastGen  uint32
 	joins    uint64 // join order
@@ -123,7 +124,7 @@ type group struct {
 	target   []*member // per partition: who should have it
 	holder   []*member // per partition: who may process it
 	acquired []uint32  // per partition: the generation in which its holder got it
-	until    time.Time // while set, no partition gets a holder (Withhold); cleared by its timer
+	until    time.Time // while set, no partition gets a holder (Withhold, WithholdAll); cleared by its timer
 }
 
 // member is one member of a group. Under Coordinator.mu.
@@ -224,7 +225,7 @@ func (c *Coordinator) Join(req JoinRequest) Answer {
 			return Answer{Err: refuse(KindLimit, "the broker has %d consumer groups with members, its limit", c.cfg.MaxGroups)}
 		}
 		g = &group{key: k, members: map[wire.MemberID]*member{}, target: make([]*member, req.Partitions),
-			holder: make([]*member, req.Partitions), acquired: make([]uint32, req.Partitions), until: c.withheld[k]}
+			holder: make([]*member, req.Partitions), acquired: make([]uint32, req.Partitions), until: c.holdUntil(k)}
 	}
 	m := g.members[req.Member]
 	changed := false
@@ -413,36 +414,89 @@ func (c *Coordinator) Withhold(topic, name string, d time.Duration) {
 		return
 	}
 	c.withheld[k] = until
-	if g := c.groups[k]; g != nil {
+	if g := c.groups[k]; g != nil && g.until.Before(until) {
 		g.until = until
 	}
 	c.mu.Unlock()
-	time.AfterFunc(d, func() { c.release(k, until) })
+	time.AfterFunc(d, func() { c.release(&k, until) })
 }
 
-// release ends the Withhold of k that lasts until until, unless a later one replaced it or
-// it was dropped: the group's partitions go to their targets.
-func (c *Coordinator) release(k key, until time.Time) {
+// WithholdAll is Withhold for every group, those that join during the next d included: a
+// broker without a cluster calls it at start for the longest session timeout its previous
+// run may have granted, since the members of that run, unknown to this one, may still be
+// processing their partitions until their local session deadline (PROTOCOL.md 10.1). The
+// two withholds are one mechanism: a group's partitions wait for the later of its own
+// (Withhold) and this one. A second call extends it to the later end; nothing ends it early.
+func (c *Coordinator) WithholdAll(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	c.mu.Lock()
+	until := c.now().Add(d)
+	if !c.all.Before(until) {
+		c.mu.Unlock()
+		return
+	}
+	c.all = until
+	for _, g := range c.groups {
+		if g.until.Before(until) {
+			g.until = until
+		}
+	}
+	c.mu.Unlock()
+	time.AfterFunc(d, func() { c.release(nil, until) })
+}
+
+// holdUntil is when a group (topic, name) that starts now may give partitions: the later of
+// its Withhold and WithholdAll (zero: at once). Caller holds mu.
+func (c *Coordinator) holdUntil(k key) time.Time {
+	until := c.withheld[k]
+	if c.all.After(until) {
+		until = c.all
+	}
+	return until
+}
+
+// release ends the withhold that lasts until until, of k (Withhold), or of every group (k
+// nil: WithholdAll), unless a later one replaced it or it was dropped: the partitions of the
+// groups it held go to their targets. A group held by both waits for the later: its until is
+// the later one's, which this release does not match.
+func (c *Coordinator) release(k *key, until time.Time) {
 	c.mu.Lock()
 	var ds []delivery
-	if cur, ok := c.withheld[k]; ok && cur.Equal(until) {
-		delete(c.withheld, k)
+	if k == nil {
+		if c.all.Equal(until) {
+			c.all = time.Time{}
+		}
+	} else if cur, ok := c.withheld[*k]; ok && cur.Equal(until) {
+		delete(c.withheld, *k)
 	}
-	if g := c.groups[k]; g != nil && g.until.Equal(until) {
-		g.until = time.Time{}
-		ds = c.settle(g, false, c.now())
+	now := c.now()
+	lift := func(g *group) {
+		if g != nil && g.until.Equal(until) {
+			g.until = time.Time{}
+			ds = append(ds, c.settle(g, false, now)...)
+		}
+	}
+	if k != nil {
+		lift(c.groups[*k])
+	} else {
+		for _, g := range c.groups {
+			lift(g)
+		}
 	}
 	c.rearm()
 	c.mu.Unlock()
 	deliver(ds)
 }
 
-// Withheld reports whether group (topic, name)'s partitions are withheld now (Withhold).
+// Withheld reports whether group (topic, name)'s partitions are withheld now (Withhold,
+// WithholdAll).
 func (c *Coordinator) Withheld(topic, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.withheld[key{topic, name}]
-	return ok
+	return ok || !c.all.IsZero()
 }
 
 // DropTopic forgets every group of a deleted topic; held heartbeats are answered

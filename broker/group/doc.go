@@ -24,7 +24,9 @@
 // A group may be withheld (Withhold): for a while no partition gets a holder, though members
 // join and heartbeat. A cluster member withholds the groups it takes over as a new
 // coordinator, for as long as the previous coordinator's members may still process their
-// partitions (their session timeout), since it does not know who they are. A request may
+// partitions (their session timeout), since it does not know who they are; a broker without
+// a cluster withholds every group at start (WithholdAll), for the same reason, for the
+// longest session its previous run may have granted. A request may
 // carry a Guard, checked under the mutex, that refuses it when the broker no longer
 // coordinates the group.
 //

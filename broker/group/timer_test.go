@@ -156,3 +156,66 @@ func TestWithholdEndsWithDrop(t *testing.T) {
 		}
 	})
 }
+
+// TestWithholdAllHoldsEveryGroup: WithholdAll gives no partition a holder, in the groups
+// that exist and in those that join later alike, until its end exactly (what a member held
+// before stays held); a group also held by Withhold waits for the later of the two,
+// whichever it is.
+func TestWithholdAllHoldsEveryGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		co := newTimed(t, 10*time.Second)
+		start := time.Now()
+		early := &client{t: t, co: co, id: mid(1), topic: "before"}
+		early.apply(co.Join(JoinRequest{Topic: "before", Group: testGroup, Member: early.id, Partitions: 2}))
+		co.WithholdAll(3 * time.Second)
+		co.WithholdAll(time.Second) // ends before: no effect
+		if !co.Withheld("other", testGroup) {
+			t.Fatal("a group nobody joined yet is not withheld")
+		}
+		// Groups are (topic, name): other topics make other groups.
+		co.Withhold("longer", testGroup, 5*time.Second)
+		co.Withhold("shorter", testGroup, time.Second)
+		members := map[string]*client{}
+		for i, topic := range []string{testTopic, "longer", "shorter"} {
+			m := &client{t: t, co: co, id: mid(byte(10 + i)), topic: topic}
+			ans := co.Join(JoinRequest{Topic: topic, Group: testGroup, Member: m.id, Partitions: 2})
+			if ans.Err != nil {
+				t.Fatalf("join of %s: %v", topic, ans.Err)
+			}
+			m.apply(ans)
+			members[topic] = m
+		}
+		if len(early.owned) != 2 {
+			t.Fatalf("the member that joined before owns %v, want what it held", early.owned)
+		}
+		want := map[string]time.Duration{testTopic: 3 * time.Second, "longer": 5 * time.Second, "shorter": 3 * time.Second}
+		type given struct {
+			topic string
+			d     time.Duration
+		}
+		got := make(chan given, len(members))
+		for topic, m := range members {
+			go func() {
+				for len(m.owned) == 0 {
+					ch, _ := m.park(time.Minute)
+					ans := <-ch
+					if ans.Err != nil {
+						t.Error(ans.Err)
+						return
+					}
+					m.apply(ans)
+				}
+				got <- given{topic, time.Since(start)}
+			}()
+		}
+		for range members {
+			r := <-got
+			if r.d != want[r.topic] {
+				t.Errorf("the group of %s given partitions %v after the start, want %v", r.topic, r.d, want[r.topic])
+			}
+		}
+		if co.Withheld("other", testGroup) {
+			t.Fatal("still withheld after the end")
+		}
+	})
+}

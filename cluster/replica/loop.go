@@ -471,10 +471,10 @@ func (r *Replica) addBack() {
 			continue
 		}
 		if r.term == 0 {
-			// A partition's next leader adds it back: the broker heals a group that lacks a
-			// replica the metadata lists (broker/clusterheal.go). The metadata group's
-			// members are listed nowhere else, so there it takes a membership change.
-			r.cfg.Logger.Warningf("group %d: node %d was removed to be brought up again, and this replica lost the leadership before adding it back: a partition's next leader adds it back; for the metadata group, add it with a membership change", r.cfg.Group, node)
+			// The group's next leader adds it back: the broker heals a group that lacks a
+			// replica the metadata lists, and the metadata group when it lacks a broker the
+			// metadata lists as active (broker/clusterheal.go).
+			r.cfg.Logger.Warningf("group %d: node %d was removed to be brought up again, and this replica lost the leadership before adding it back: the group's next leader adds it back", r.cfg.Group, node)
 			delete(r.resets, node)
 			continue
 		}
