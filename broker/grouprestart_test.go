@@ -152,8 +152,8 @@ func TestRestartGroupNoTwoHolders(t *testing.T) {
 // The record of the longest session granted: a new data directory withholds nothing; a
 // join asking for a longer session than recorded raises the record before it is answered;
 // a restart withholds for it and then lowers it to what the new run granted; a data
-// directory with durable topics and no record (an older broker's) or a damaged record
-// withholds for the longest session allowed.
+// directory with durable topics and no record (an older broker's) withholds for the default
+// session, a damaged record for the longest session allowed.
 func TestRestartGroupSessionRecord(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -250,14 +250,18 @@ func TestRestartGroupSessionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, damage := range []func(){
-		func() { _ = os.Remove(path) },
-		func() { _ = os.WriteFile(path, []byte("LQGS not a record"), 0o600) },
+	for _, damage := range []struct {
+		what string
+		do   func()
+		want time.Duration
+	}{
+		{"missing (an older broker's directory): the default session", func() { _ = os.Remove(path) }, cfg.Groups.SessionTimeout},
+		{"damaged: the longest session allowed", func() { _ = os.WriteFile(path, []byte("LQGS not a record"), 0o600) }, cfg.Groups.MaxSessionTimeout},
 	} {
-		damage()
+		damage.do()
 		srv = start()
-		if d := joinGets(srv, 200*time.Millisecond); d < cfg.Groups.MaxSessionTimeout*9/10 {
-			t.Fatalf("without a valid record a member got a partition after %v, want the longest session allowed, %v", d, cfg.Groups.MaxSessionTimeout)
+		if d := joinGets(srv, 200*time.Millisecond); d < damage.want*9/10 || (damage.want < cfg.Groups.MaxSessionTimeout && d >= cfg.Groups.MaxSessionTimeout*9/10) {
+			t.Fatalf("record %s: a member got a partition after %v, want %v", damage.what, d, damage.want)
 		}
 		if err := srv.Shutdown(reqCtx(t)); err != nil {
 			t.Fatal(err)

@@ -63,19 +63,21 @@ const groupSessionsFile = "group-sessions"
 const groupSessionsMagic = "LQGS"
 
 // openGroupSessions reads the file and returns the record and the withhold the broker owes
-// its previous run. Without a valid record (a data directory of a broker from before the
-// file existed, or a damaged file) that is unknown, so it is assumed the longest allowed
-// (unknown, Config.Groups.MaxSessionTimeout), except for a new data directory (fresh), whose
-// groups had no members. The file is (re)written with the value before the broker answers
+// its previous run. A data directory of a broker from before the file existed has none:
+// its members most likely ran with the default session (missing, Config.Groups.SessionTimeout;
+// one that asked for longer may overlap the new run by the difference, once, at the upgrade),
+// which spares every group a withhold of the longest session allowed on an upgrade. A damaged
+// file is unknown, so the longest allowed is assumed (unknown, MaxSessionTimeout). A new data
+// directory (fresh) owes nothing: its groups had no members. The file is (re)written with the value before the broker answers
 // anything, so a crash right after start withholds as long again.
-func openGroupSessions(dataDir string, unknown time.Duration, fresh bool) (gs *groupSessions, prev time.Duration, warn, err error) {
+func openGroupSessions(dataDir string, missing, unknown time.Duration, fresh bool) (gs *groupSessions, prev time.Duration, warn, err error) {
 	gs = &groupSessions{path: filepath.Join(dataDir, groupSessionsFile)}
 	b, rerr := os.ReadFile(gs.path)
 	switch {
 	case errors.Is(rerr, fs.ErrNotExist):
 		if !fresh {
-			prev = unknown
-			warn = fmt.Errorf("%s is missing (a data directory of an older broker): the members of the previous run may have any session up to %v, so every group's partitions are withheld that long", gs.path, unknown)
+			prev = missing
+			warn = fmt.Errorf("%s is missing (a data directory of an older broker): every group's partitions are withheld for the default session, %v; a member of the previous run with a longer session may still process its partitions for the difference", gs.path, missing)
 		}
 	case rerr != nil:
 		return nil, 0, nil, fmt.Errorf("group sessions: %w", rerr)
@@ -104,7 +106,7 @@ func (s *Server) withholdAtStart(st meta.State) error {
 			break
 		}
 	}
-	gs, prev, warn, err := openGroupSessions(s.cfg.DataDir, s.cfg.Groups.MaxSessionTimeout, fresh)
+	gs, prev, warn, err := openGroupSessions(s.cfg.DataDir, s.cfg.Groups.SessionTimeout, s.cfg.Groups.MaxSessionTimeout, fresh)
 	if err != nil {
 		return err
 	}
