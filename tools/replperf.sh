@@ -4,7 +4,8 @@
 # partition, fsync=interval=2m, lqbench produce --acks written --batch 512KiB --inflight 16 to
 # the partition's leader, the brokers on loopback. Prints one line of key=value figures:
 # throughput, seconds, and CPU seconds per GB produced of each process (utime+stime from
-# /proc/<pid>/stat just before and just after the producer; lqbench's from its rusage).
+# /proc/<pid>/stat just before and just after the producer; lqbench's from its rusage), and
+# each broker's minor page faults per MB.
 #
 #   tools/replperf.sh BINDIR single|repl [SIZE=1024] [BYTES=1000000000]
 #
@@ -16,7 +17,7 @@ N=$((BYTES / SIZE))
 DIR=$(mktemp -d /tmp/replperf.XXXXXX)
 export LIGHTQ_ADMIN_PASSWORD=replperf-admin-pw
 [[ $MODE == repl ]] && export LIGHTQ_CLUSTER_SECRET=replperf-cluster-secret
-BASE=$((20000 + RANDOM % 20000))
+BASE=$((10000 + RANDOM % 9000)) # below the ephemeral ports
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -25,6 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # clock ticks
+minflt() { awk '{print $10}' "/proc/$1/stat"; }
 
 nodes=1
 [[ $MODE == repl ]] && nodes=3
@@ -72,19 +74,23 @@ if [[ -n ${PERF:-} ]]; then
 	fi
 	sleep 0.5
 fi
-c0=(); for p in "${pids[@]}"; do c0+=("$(cpu "$p")"); done
+for i in "${!pids[@]}"; do
+	kill -0 "${pids[$i]}" 2>/dev/null || { echo "replperf: broker $((i + 1)) exited:" >&2; tail -5 "$DIR/node$((i + 1)).log" >&2; exit 1; }
+done
+c0=(); f0=(); for p in "${pids[@]}"; do c0+=("$(cpu "$p")"); f0+=("$(minflt "$p")"); done
 t0=$(date +%s.%N)
 /usr/bin/time -f "%U %S" -o "$DIR/pub.time" "$BIN/lqbench" produce -b "127.0.0.1:$((BASE + leader))" --json -q "${topic[@]}" \
 	--acks written --batch 524288 --inflight 16 >"$DIR/pub.json" 2>"$DIR/pub.err"
 t1=$(date +%s.%N)
-c1=(); for p in "${pids[@]}"; do c1+=("$(cpu "$p")"); done
+c1=(); f1=(); for p in "${pids[@]}"; do c1+=("$(cpu "$p")"); f1+=("$(minflt "$p")"); done
+[[ -n ${HWM:-} ]] && for p in "${pids[@]}"; do grep -E "VmHWM|VmRSS" "/proc/$p/status" | tr '\n' ' ' >&2; echo >&2; done
 if ((${#perfs[@]})); then
 	kill -INT "${perfs[@]}"
 	wait "${perfs[@]}" 2>/dev/null || true
 fi
-python3 - "$MODE" "$leader" "$t0" "$t1" "$SIZE" "$N" "$DIR/pub.json" "$DIR/pub.time" "${c0[*]}" "${c1[*]}" <<'PY'
+python3 - "$MODE" "$leader" "$t0" "$t1" "$SIZE" "$N" "$DIR/pub.json" "$DIR/pub.time" "${c0[*]}" "${c1[*]}" "${f0[*]}" "${f1[*]}" <<'PY'
 import json, sys
-mode, leader, t0, t1, size, n, pj, pt, c0, c1 = sys.argv[1:]
+mode, leader, t0, t1, size, n, pj, pt, c0, c1, f0, f1 = sys.argv[1:]
 leader, size, n = int(leader), int(size), int(n)
 wall = float(t1) - float(t0)
 r = json.load(open(pj))
@@ -101,5 +107,11 @@ for i, f in enumerate(fs):
 out["pub_s_gb"] = round(pub / gb, 2)
 out["all_s_gb"] = round((sum(d) + pub) / gb, 2)
 out["cores"] = round((sum(d) + pub) / wall, 2)
+# minor page faults per MB produced: a page touched for the first time costs a fault and a
+# cleared page (256 per MiB when every byte lands on fresh memory)
+flt = [int(b) - int(a) for a, b in zip(f0.split(), f1.split())]
+out["leader_flt_mb"] = round(flt[leader - 1] / (gb * 1e3))
+for i, f in enumerate(x for j, x in enumerate(flt) if j != leader - 1):
+    out[f"f{i+1}_flt_mb"] = round(f / (gb * 1e3))
 print(" ".join(f"{k}={v}" for k, v in out.items()))
 PY
