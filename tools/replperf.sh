@@ -9,11 +9,14 @@
 #
 #   tools/replperf.sh BINDIR single|repl [SIZE=1024] [BYTES=1000000000]
 #
+# FSYNC (default interval=2m) and ACKS (default written) change the topic's fsync policy and
+# the producer's acks (FSYNC=always ACKS=durable: the acks 2 cases).
 # PERF=DIR records `perf record -g` of the leader (the broker, single-node) and follower1 over
 # the producer's run into DIR. KEEP=1 keeps the data directory.
 set -euo pipefail
 BIN=$1 MODE=$2 SIZE=${3:-1024} BYTES=${4:-1000000000}
 N=$((BYTES / SIZE))
+FSYNC=${FSYNC:-interval=2m} ACKS=${ACKS:-written}
 DIR=$(mktemp -d /tmp/replperf.XXXXXX)
 export LIGHTQ_ADMIN_PASSWORD=replperf-admin-pw
 [[ $MODE == repl ]] && export LIGHTQ_CLUSTER_SECRET=replperf-cluster-secret
@@ -45,11 +48,11 @@ for i in $(seq 1 $nodes); do
 		sleep 0.1
 	done
 done
-topic=(-t bench --kind durable --fsync interval=2m -s "$SIZE" -m "$N")
+topic=(-t bench --kind durable --fsync "$FSYNC" -s "$SIZE" -m "$N")
 leader=1
 if [[ $MODE == repl ]]; then
 	for _ in $(seq 1 100); do
-		"$BIN/lqcat" -b "127.0.0.1:$((BASE + 1))" topic create bench --partitions 1 --kind durable --fsync interval=2m \
+		"$BIN/lqcat" -b "127.0.0.1:$((BASE + 1))" topic create bench --partitions 1 --kind durable --fsync "$FSYNC" \
 			-X replication.factor=3 --user lqbench --password lqbench-password >/dev/null 2>&1 && break
 		sleep 0.2
 	done
@@ -80,7 +83,7 @@ done
 c0=(); f0=(); for p in "${pids[@]}"; do c0+=("$(cpu "$p")"); f0+=("$(minflt "$p")"); done
 t0=$(date +%s.%N)
 /usr/bin/time -f "%U %S" -o "$DIR/pub.time" "$BIN/lqbench" produce -b "127.0.0.1:$((BASE + leader))" --json -q "${topic[@]}" \
-	--acks written --batch 524288 --inflight 16 >"$DIR/pub.json" 2>"$DIR/pub.err"
+	--acks "$ACKS" --batch 524288 --inflight 16 >"$DIR/pub.json" 2>"$DIR/pub.err"
 t1=$(date +%s.%N)
 c1=(); f1=(); for p in "${pids[@]}"; do c1+=("$(cpu "$p")"); f1+=("$(minflt "$p")"); done
 [[ -n ${HWM:-} ]] && for p in "${pids[@]}"; do grep -E "VmHWM|VmRSS" "/proc/$p/status" | tr '\n' ' ' >&2; echo >&2; done
