@@ -153,8 +153,9 @@ func (l *Log) Dir() string { return l.dir }
 func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
 
 // Append writes one whole batch, already validated with wire.ParseBatch, holding recordCount
-// records. It rewrites the batch's base offset in place in the caller's slice, writes it with
-// one write, rolls the segment first when needed, and returns the base offset.
+// records. It rewrites the batch's base offset in place in the caller's slice (only when it
+// differs: a batch that has it already is only read, so other goroutines may read it
+// meanwhile), writes it with one write, rolls the segment first when needed, and returns the base offset.
 //
 // A batch with a producer id (magic 2) is first checked against the producer's state (unless
 // Options.Producers.Disabled): a
@@ -207,7 +208,11 @@ func (l *Log) Append(batch []byte, recordCount uint32) (int64, error) {
 		seg = l.active()
 	}
 	base := l.next.Load()
-	wire.SetBaseOffset(batch, base)
+	if h.BaseOffset != base {
+		// Only where it differs: a replicated leader's entry has it already and may be
+		// read by the goroutines sending it to the followers meanwhile.
+		wire.SetBaseOffset(batch, base)
+	}
 	n, err := seg.f.WriteAt(batch, seg.size)
 	if err != nil || n != size {
 		return 0, l.writeFailed(seg, n, err)

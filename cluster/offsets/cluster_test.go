@@ -192,6 +192,8 @@ func TestCommitOnLeader(t *testing.T) {
 		if m == l {
 			continue
 		}
+		// A quorum answered the commit; this follower may not have heard from the leader yet.
+		c.waitUntil("a follower that knows its leader", func() bool { return m.st.Leader() == l.id })
 		err := m.st.Commit(term, key(1), 1, func(error) { t.Error("a refused commit was answered") })
 		if !errors.As(err, &nl) || nl.Leader != l.id {
 			t.Fatalf("commit on follower %d: %v, want NOT_LEADER naming %d", m.id, err, l.id)

@@ -21,7 +21,8 @@ import (
 // A normal entry with data must hold one format-2 record batch, which is written in place
 // (the term into its leader epoch, the index into its raft index, the base offset the log
 // assigns) and stored: the caller (the replica, which owns the proposal's bytes) sees those
-// fields in the entry afterwards. Other entries become control batches. The log is synced
+// fields in the entry afterwards. Entries PrepareAppend wrote those fields into are only
+// checked, never written (see PrepareAppend). Other entries become control batches. The log is synced
 // before Append returns when Options.SyncEachAppend is set.
 //
 // Errors: ErrBadEntry (nothing of that entry stored; those before it are), a log error; any
@@ -53,15 +54,64 @@ func (s *Storage) Append(entries []raftpb.Entry) error {
 	}
 	for i := range entries {
 		if err := s.appendOne(&entries[i]); err != nil {
+			s.prepared = 0
 			return s.fail(err)
 		}
 	}
+	s.prepared = 0
 	if s.opts.SyncEachAppend {
 		if _, err := s.l.Sync(); err != nil {
 			return s.fail(fmt.Errorf("raftlog: sync after appending entries %d-%d: %w", first, s.last, err))
 		}
 	}
 	return nil
+}
+
+// PrepareAppend writes into entries what Append would (each normal entry's leader epoch, raft
+// index and base offset), so that a leader can send its new entries to the followers before
+// it stores them: raft lets the messages of a Ready go out while that Ready's entries are
+// being persisted (never before its HardState is). The Append of the same entries that
+// follows (before any other write to the Storage) then finds those fields as it would have
+// written them and leaves the bytes alone, which the transport may be reading meanwhile; a
+// field that differs is an error, not a write.
+//
+// It reports false, having written nothing the caller may rely on, when entries do not
+// simply extend the log (a gap, a replacement of stored entries, entries at or below
+// SnapIndex), when one is not an entry Append would store, or when the Storage is broken: the
+// caller then appends first and sends after, as without it. Safe for concurrent use.
+func (s *Storage) PrepareAppend(entries []raftpb.Entry) bool {
+	if len(entries) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil || entries[0].Index != s.last+1 || entries[0].Index <= s.st.SnapIndex {
+		return false
+	}
+	next := s.l.NextOffset()
+	for i := range entries {
+		e := &entries[i]
+		if e.Index != s.last+1+uint64(i) || e.Term > math.MaxInt32 || e.Term < s.lastTerm {
+			return false
+		}
+		switch {
+		case e.Type == raftpb.EntryNormal && len(e.Data) > 0:
+			h, err := wire.PeekBatchHeader(e.Data)
+			if err != nil || h.Magic != wire.BatchMagic2 || h.Size() != len(e.Data) || h.IsControl() || h.RecordCount == 0 {
+				return false // Append refuses it
+			}
+			wire.SetBatchLeaderEpoch(e.Data, int32(e.Term))
+			wire.SetBatchRaftIndex(e.Data, e.Index)
+			wire.SetBaseOffset(e.Data, next)
+			next += int64(h.RecordCount)
+		case e.Type == raftpb.EntryNormal, e.Type == raftpb.EntryConfChange, e.Type == raftpb.EntryConfChangeV2:
+			next++ // a control batch of one offset, encoded by Append
+		default:
+			return false
+		}
+	}
+	s.prepared = entries[len(entries)-1].Index
+	return true
 }
 
 // truncateFrom cuts the log at entry i (SnapIndex < i <= last). s.mu held.
@@ -84,6 +134,7 @@ func (s *Storage) truncateAt(i uint64, off int64) error {
 	}
 	s.win.truncateFrom(i)
 	s.last, s.lastTerm = i-1, prevTerm
+	s.prepared = 0
 	s.gen++
 	if s.cur.valid && s.cur.index > i {
 		s.cur.valid = false
@@ -104,10 +155,12 @@ func (s *Storage) appendOne(e *raftpb.Entry) error {
 	var (
 		batch []byte
 		count uint32
+		h     wire.BatchHeader
 	)
 	switch {
 	case e.Type == raftpb.EntryNormal && len(e.Data) > 0:
-		h, err := wire.PeekBatchHeader(e.Data)
+		var err error
+		h, err = wire.PeekBatchHeader(e.Data)
 		switch {
 		case err != nil:
 			return fmt.Errorf("%w: entry %d: its data is not a record batch: %w", ErrBadEntry, e.Index, err)
@@ -122,12 +175,20 @@ func (s *Storage) appendOne(e *raftpb.Entry) error {
 	default:
 		return fmt.Errorf("%w: entry %d: type %v", ErrBadEntry, e.Index, e.Type)
 	}
+	if e.Index <= s.prepared && e.Type == raftpb.EntryNormal && len(e.Data) > 0 {
+		// PrepareAppend wrote the fields and the bytes may be in flight: check, never write.
+		if h.LeaderEpoch != int32(e.Term) || h.RaftIndex != e.Index || h.BaseOffset != s.l.NextOffset() {
+			return fmt.Errorf("raftlog: entry %d: prepared as epoch %d, index %d, offset %d; appending it as epoch %d at offset %d",
+				e.Index, h.LeaderEpoch, h.RaftIndex, h.BaseOffset, e.Term, s.l.NextOffset())
+		}
+	} else {
+		wire.SetBatchLeaderEpoch(batch, int32(e.Term))
+		wire.SetBatchRaftIndex(batch, e.Index)
+	}
 	if err := s.ep.noteAppend(e.Index, e.Term); err != nil { // before the entry: see epochs.go
 		return err
 	}
-	wire.SetBatchLeaderEpoch(batch, int32(e.Term))
-	wire.SetBatchRaftIndex(batch, e.Index)
-	base, err := s.l.Append(batch, count)
+	base, err := s.l.Append(batch, count) // writes the base offset only where it differs
 	if err != nil {
 		return fmt.Errorf("raftlog: append entry %d: %w", e.Index, err)
 	}
@@ -187,6 +248,7 @@ func (s *Storage) restartAt(st State, m raftpb.SnapshotMetadata, off int64, inst
 	s.win.reset()
 	s.cur = cursor{}
 	s.last, s.lastTerm = m.Index, m.Term
+	s.prepared = 0
 	return nil
 }
 

@@ -93,6 +93,10 @@ type Storage struct {
 	// shorter (entries lost to a power loss under fsync=never, or to damage): the replica
 	// acknowledged entries it no longer holds (see LostCommit). 0 when none.
 	lostCommit uint64
+	// prepared is the last index PrepareAppend wrote the fields of (0: none): Append verifies
+	// those entries' fields instead of writing them, since their bytes may be on their way to
+	// the followers. Cleared by Append and by whatever cuts or resets the log.
+	prepared uint64
 }
 
 // Options configure a Storage. The zero value gives the defaults.

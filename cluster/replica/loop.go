@@ -205,27 +205,25 @@ func (r *Replica) handleReady() error {
 		}
 		r.snapshotCovers(rd.Snapshot.Metadata.Index)
 	}
-	if len(rd.Entries) > 0 {
-		if err := r.cfg.Storage.Append(rd.Entries); err != nil {
-			return fmt.Errorf("append %d entries at %d: %w", len(rd.Entries), rd.Entries[0].Index, err)
+	var snaps []snapSent
+	if r.sendFirst(rd) {
+		// A leader's own new entries go to the followers while it writes them (see
+		// sendFirst); the HardState is saved before anything is sent.
+		if err := r.saveHardState(rd); err != nil {
+			return err
 		}
-		r.assign(rd.Entries)
-	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		if err := r.cfg.Storage.SetHardState(rd.HardState); err != nil {
-			return fmt.Errorf("save hard state: %w", err)
+		snaps = r.send(rd)
+		if err := r.appendEntries(rd); err != nil {
+			return err
 		}
-	}
-	snaps := r.snapSent[:0]
-	for _, m := range rd.Messages {
-		if m.Type == raftpb.MsgAppResp && m.Reject && r.short() {
-			m.Context = lostEntries // the leader tells this from a stale refusal (checkLost)
+	} else {
+		if err := r.appendEntries(rd); err != nil {
+			return err
 		}
-		r.envs = append(r.envs[:0], transport.Envelope{Group: r.cfg.Group, Msg: m}) // the sender copies it
-		ok := r.cfg.Sender.Send(m.To, r.envs...)
-		if m.Type == raftpb.MsgSnap {
-			snaps = append(snaps, snapSent{to: m.To, ok: ok})
+		if err := r.saveHardState(rd); err != nil {
+			return err
 		}
+		snaps = r.send(rd)
 	}
 	for _, e := range rd.CommittedEntries {
 		switch e.Type {
@@ -276,6 +274,70 @@ func (r *Replica) handleReady() error {
 		r.cfg.Advanced(st)
 	}
 	return nil
+}
+
+// sendFirst reports whether rd's messages may go out before its entries are stored, and
+// makes them ready to: raft allows a Ready's messages to be sent while its entries are being
+// persisted (not before its HardState is), so a leader sends its new entries to the
+// followers first and their write overlaps its own. Only a leader's Ready whose entries are
+// all of its own term, with no snapshot, and only with a Storage that can write into the
+// entries beforehand what Append would (AppendPreparer: the messages carry the same bytes,
+// which the transport reads while Append stores them, so Append must find nothing left to
+// write). A follower must store entries before it acknowledges them, so its Readies keep the
+// order.
+func (r *Replica) sendFirst(rd raft.Ready) bool {
+	if r.term == 0 || len(rd.Entries) == 0 || !raft.IsEmptySnap(rd.Snapshot) {
+		return false
+	}
+	p, ok := r.cfg.Storage.(AppendPreparer)
+	if !ok {
+		return false
+	}
+	for _, e := range rd.Entries {
+		if e.Term != r.term {
+			return false
+		}
+	}
+	return p.PrepareAppend(rd.Entries)
+}
+
+// appendEntries stores rd's entries and gives the leader's waiting proposals their indexes.
+func (r *Replica) appendEntries(rd raft.Ready) error {
+	if len(rd.Entries) == 0 {
+		return nil
+	}
+	if err := r.cfg.Storage.Append(rd.Entries); err != nil {
+		return fmt.Errorf("append %d entries at %d: %w", len(rd.Entries), rd.Entries[0].Index, err)
+	}
+	r.assign(rd.Entries)
+	return nil
+}
+
+func (r *Replica) saveHardState(rd raft.Ready) error {
+	if raft.IsEmptyHardState(rd.HardState) {
+		return nil
+	}
+	if err := r.cfg.Storage.SetHardState(rd.HardState); err != nil {
+		return fmt.Errorf("save hard state: %w", err)
+	}
+	return nil
+}
+
+// send hands rd's messages to the Sender and returns the snapshots among them (r.snapSent's
+// room).
+func (r *Replica) send(rd raft.Ready) []snapSent {
+	snaps := r.snapSent[:0]
+	for _, m := range rd.Messages {
+		if m.Type == raftpb.MsgAppResp && m.Reject && r.short() {
+			m.Context = lostEntries // the leader tells this from a stale refusal (checkLost)
+		}
+		r.envs = append(r.envs[:0], transport.Envelope{Group: r.cfg.Group, Msg: m}) // the sender copies it
+		ok := r.cfg.Sender.Send(m.To, r.envs...)
+		if m.Type == raftpb.MsgSnap {
+			snaps = append(snaps, snapSent{to: m.To, ok: ok})
+		}
+	}
+	return snaps
 }
 
 // restartRaft replaces the RawNode with one opened from the storage (newRawNode, as Start

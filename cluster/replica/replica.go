@@ -31,6 +31,14 @@ type ConfStateSaver interface {
 	SetConfState(cs raftpb.ConfState, index uint64) error
 }
 
+// AppendPreparer is a Storage that can write into a leader's new entries, before Append, the
+// fields Append writes into them (raftlog.Storage.PrepareAppend), reporting false when it
+// cannot; Append of those entries then only reads their bytes. With it, a leader sends its
+// new entries to the followers before it stores them (Replica.sendFirst).
+type AppendPreparer interface {
+	PrepareAppend(entries []raftpb.Entry) bool
+}
+
 // Sender sends messages to peers; *transport.Transport is one. Send must not keep envs (the
 // slice) after it returns: the replica reuses it. It may keep the messages.
 type Sender interface {

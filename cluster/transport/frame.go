@@ -63,7 +63,9 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
-// appendFrame appends one frame holding envs to dst. It allocates only when dst is too small,
+// appendFrame appends one frame holding envs to dst: the reference encoding, which vecFrame
+// (what a peer writes) builds byte for byte without copying large entry data, and the tests'
+// and the fuzz targets' frames. It allocates only when dst is too small,
 // and does not clear the bytes it then writes (a peer's buffer is reused, and clearing each
 // message's room before marshalling into it was 3-6 % of a leader's CPU): the marshaller
 // writes every byte of the size it is given.

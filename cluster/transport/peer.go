@@ -56,13 +56,14 @@ func (p *peer) stop() {
 }
 
 // run is the peer's goroutine: wait for a message, make sure a connection is up (dropping
-// what is queued while it is not: raft resends), write everything queued as one frame.
+// what is queued while it is not: raft resends), write everything queued as one frame (one
+// writev: the entries' large data goes from where it is, see vecFrame).
 func (p *peer) run() {
 	defer p.t.wg.Done()
 	defer p.closeConn()
 	var (
 		batch    []Envelope
-		buf      []byte
+		frame    vecFrame
 		failures int
 		retryAt  time.Time
 	)
@@ -103,8 +104,7 @@ func (p *peer) run() {
 			clear(batch)
 			continue
 		}
-		var err error
-		if buf, err = appendFrame(buf[:0], batch); err != nil {
+		if err := frame.build(batch); err != nil {
 			p.t.cfg.Logf("cluster: node %d: %v", p.node, err)
 			p.counters.dropped.Add(uint64(len(batch)))
 			p.t.cfg.Unreachable(p.node)
@@ -112,10 +112,11 @@ func (p *peer) run() {
 			continue
 		}
 		n := uint64(len(batch))
-		clear(batch) // the frame holds the bytes now
-		// A deadline that cannot be set shows as a failed Write.
+		clear(batch) // the frame refers to what it needs: its bytes and the entries' data
+		frameBytes := frame.size
+		// A deadline that cannot be set shows as a failed write.
 		_ = conn.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
-		if _, err := conn.Write(buf); err != nil {
+		if _, err := frame.bufs.WriteTo(conn); err != nil { // one writev
 			if !errors.Is(err, net.ErrClosed) {
 				p.t.cfg.Logf("cluster: node %d: write: %v", p.node, err)
 			}
@@ -124,10 +125,11 @@ func (p *peer) run() {
 			p.t.cfg.Unreachable(p.node)
 		} else {
 			p.counters.sent.Add(n)
-			p.counters.sentBytes.Add(uint64(len(buf)))
+			p.counters.sentBytes.Add(uint64(frameBytes))
 		}
-		if cap(buf) > 4<<20 {
-			buf = nil
+		frame.reset() // do not pin the entries until the next frame
+		if cap(frame.buf) > 4<<20 {
+			frame.buf = nil
 		}
 	}
 }
