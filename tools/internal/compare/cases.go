@@ -131,6 +131,14 @@ func (r *runner) cases() []caseDef {
 			title: "latency, transient 100 B at " + rate + " (NATS core)", rows: rows(true),
 			lightq: func(ctx context.Context) (sample, error) { return r.lqLatency(ctx, wire.KindTransient) },
 			nats:   func(ctx context.Context) (sample, error) { return r.natsLatency(ctx) }},
+			// NATS core's publish and the floor's producer get no acknowledgement; LightQ's
+			// default (acks=written) answers every batch, on the producer's process and
+			// the broker's loop, beside the delivery. This row is the same run without them.
+			caseDef{id: "latency-transient-acks-none", family: "latency", size: 100,
+				title: "latency, transient 100 B at " + rate + ", LightQ acks=none as NATS core and the floor (no publish acks)", rows: rows(false),
+				lightq: func(ctx context.Context) (sample, error) {
+					return r.lqLatency(ctx, wire.KindTransient, "--acks", "none")
+				}},
 			caseDef{id: "latency-durable", family: "latency", size: 100,
 				title: "latency, durable 100 B at " + rate + " (no NATS tool)", rows: rows(false),
 				lightq: func(ctx context.Context) (sample, error) { return r.lqLatency(ctx, wire.KindDurable) }},
@@ -140,7 +148,11 @@ func (r *runner) cases() []caseDef {
 					rowDef{key: "p50", label: "LightQ p50 / floor p50", target: &target{text: "<= 1.5x the floor", check: func(q, _ float64) bool { return q > 0 && q <= 1.5 }},
 						share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p50", of: "the floor", title: "latency, transient vs the floor"}},
 					rowDef{key: "p99", label: "LightQ p99 / floor p99",
-						share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p99", of: "the floor", title: "latency, transient vs the floor"}}),
+						share: &shareDef{num: "latency-transient", denSide: "lightq", denKey: "p99", of: "the floor", title: "latency, transient vs the floor"}},
+					rowDef{key: "p50", label: "LightQ acks=none p50 / floor p50", target: &target{text: "<= 1.5x the floor", check: func(q, _ float64) bool { return q > 0 && q <= 1.5 }},
+						share: &shareDef{num: "latency-transient-acks-none", denSide: "lightq", denKey: "p50", of: "the floor", title: "latency, transient acks=none vs the floor"}},
+					rowDef{key: "p99", label: "LightQ acks=none p99 / floor p99", target: &target{text: "<= the floor", check: func(q, _ float64) bool { return q > 0 && q <= 1 }},
+						share: &shareDef{num: "latency-transient-acks-none", denSide: "lightq", denKey: "p99", of: "the floor", title: "latency, transient acks=none vs the floor"}}),
 				lightq: func(ctx context.Context) (sample, error) { return r.latencyFloor(ctx) }})
 	}
 	if want("tcp") {

@@ -216,7 +216,7 @@ func (m *meas) lqDurableRun(ctx context.Context, bytes int64, size int, fsync, a
 }
 
 // lqLatency: lqbench e2e at a fixed rate (open loop; latency from the intended send time).
-func (r *runner) lqLatency(ctx context.Context, kind wire.Kind) (sample, error) {
+func (r *runner) lqLatency(ctx context.Context, kind wire.Kind, extra ...string) (sample, error) {
 	b, err := r.startLightQ(ctx, plain)
 	if err != nil {
 		return nil, err
@@ -227,6 +227,7 @@ func (r *runner) lqLatency(ctx context.Context, kind wire.Kind) (sample, error) 
 		if kind == wire.KindDurable {
 			args = append(args, "--kind", "durable", "--fsync", "interval=2m", "--acks", "written")
 		}
+		args = append(args, extra...)
 		c := m.lqbench(ctx, "clients", args...)
 		if err := c.run(); err != nil {
 			return err
