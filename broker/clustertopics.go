@@ -151,7 +151,8 @@ func (n *clusterNode) removeTopic(t *topic, st *cmeta.State) {
 	}
 }
 
-// createClusterTopic proposes a topic to the cluster and waits until this broker serves it. Runs on a worker, without adminMu (reconcile takes it to apply the change).
+// createClusterTopic proposes a topic to the cluster and waits until this broker serves it.
+// Runs on a worker, without adminMu (reconcile takes it to apply the change).
 func (s *Server) createClusterTopic(m *wire.CreateTopic, mt meta.Topic, shape topicShape) error {
 	n := s.cluster
 	if strings.HasPrefix(m.Name, reservedPrefix) {

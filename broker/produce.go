@@ -140,14 +140,14 @@ func (c *conn) produceDirect(size int) bool {
 		return false
 	}
 	batchLen := size - wire.HeaderSize - hl
-	// Decide before choosing a partition: PartitionAny advances the round robin, which the
-	// general path would advance again.
 	// A cluster's transient topic may have partitions without a ring here (homed on another
 	// broker: clustertransient.go); its direct path takes the partitions homed here.
 	r0 := t.parts[0].ring
 	if t.cluster != nil {
 		r0 = t.cluster.ring0
 	}
+	// Decide before choosing a partition: PartitionAny advances the round robin, which the
+	// general path would advance again.
 	if t.kind != wire.KindTransient || batchLen > c.srv.cfg.Limits.MaxBatch || batchLen < wire.BatchHeaderSize ||
 		r0 == nil || batchLen > r0.MaxBatch() {
 		return false
