@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lightq/lightq/broker/brokertest"
 	"github.com/lightq/lightq/client"
@@ -43,12 +44,18 @@ func TestClusterTransientTopicClient(t *testing.T) {
 	conns := make([]*client.Conn, 3)
 	homes := make([]uint32, parts)
 	for i, s := range cl.Brokers {
-		c, err := client.Dial(reqCtx(t), s.Addr(), client.Options{User: user, Password: pass})
-		if err != nil {
-			t.Fatalf("broker %d: the topic's user cannot log in: %v", i+1, err)
-		}
+		// Every broker learns the topic and its user when it applies the creation, which
+		// the broker that took it may have done first.
+		eventually(t, fmt.Sprintf("the topic's user logs in on broker %d", i+1), func() bool {
+			c, err := client.Dial(reqCtx(t), s.Addr(), client.Options{User: user, Password: pass})
+			if err != nil {
+				return false
+			}
+			conns[i] = c
+			return true
+		})
+		c := conns[i]
 		defer c.Close()
-		conns[i] = c
 		eventually(t, fmt.Sprintf("broker %d describes the topic", i+1), func() bool {
 			md, err := c.ClusterMetadata(reqCtx(t), topic)
 			if err != nil || len(md.Topics) != 1 || len(md.Topics[0].Partitions) != parts {
@@ -138,8 +145,16 @@ func TestClusterTransientTopicClient(t *testing.T) {
 		t.Helper()
 		last := map[int32]int{}
 		got := 0
+		timeout := time.NewTimer(30 * time.Second)
+		defer timeout.Stop()
 		for got < want {
-			r, ok := <-s.Messages()
+			var r client.Received
+			var ok bool
+			select {
+			case r, ok = <-s.Messages():
+			case <-timeout.C:
+				t.Fatalf("%s: %d of %d messages after 30 s", name, got, want)
+			}
 			if !ok {
 				t.Fatalf("%s: the subscription ended after %d of %d messages: %v", name, got, want, s.Err())
 			}

@@ -9,6 +9,16 @@ import (
 	"github.com/lightq/lightq/wire"
 )
 
+// mustRead2 reads the answer to corr (the first frame: nothing else is in flight).
+func (c *rawClient) mustRead2(corr uint32) frame {
+	c.t.Helper()
+	f := c.mustRead()
+	if f.h.Corr != corr {
+		c.t.Fatalf("answer to corr %d, want %d", f.h.Corr, corr)
+	}
+	return f
+}
+
 // ringMemoryOf reads s.ringMemory (adminMu's).
 func ringMemoryOf(s *Server) int64 {
 	s.adminMu.Lock()
@@ -25,9 +35,29 @@ func ringMemoryOf(s *Server) int64 {
 func TestClusterTransientHome(t *testing.T) {
 	tc := startCluster(t, 3)
 	admin := login(t, tc.brokers[0].Addr(), testAdminUser, testAdminPass)
-	admin.createTopic("tt", 3, "app", "app-secret")
+	// The metadata group may still be settling (the offsets topic is created meanwhile): a
+	// creation not applied in time is tried again.
+	ct := wire.CreateTopic{Name: "tt", Kind: wire.KindTransient, Partitions: 3, User: "app", Password: "app-secret"}
+	waitUntil(t, "the topic created", func() bool {
+		f := admin.mustRead2(admin.send(wire.OpCreateTopic, ct.AppendTo(nil)))
+		if f.h.Op != wire.OpError {
+			return true
+		}
+		var eb wire.ErrorBody
+		_ = eb.Decode(f.body)
+		switch eb.Code {
+		case wire.CodeTopicExists:
+			return true
+		case wire.CodeReplicationTimeout:
+			return false
+		}
+		t.Fatalf("CREATE_TOPIC: %s %s", eb.Code, eb.Message)
+		return false
+	})
 	for i := range tc.brokers {
-		waitUntil(t, fmt.Sprintf("broker %d has the topic", i+1), func() bool { return (*tc.brokers[i].topics.Load())["tt"] != nil })
+		waitUntil(t, fmt.Sprintf("broker %d has the topic and its user", i+1), func() bool {
+			return (*tc.brokers[i].topics.Load())["tt"] != nil && tc.brokers[i].lookupUser("app") != nil
+		})
 	}
 	md := tc.metadata(1, "tt")
 	if len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 3 {
