@@ -143,6 +143,10 @@ func (s *Server) moveReplicas(m *wire.MoveReplicas) error {
 	if int(m.Partition) >= len(ct.Partitions) {
 		return answer(wire.CodeUnknownPartition, "topic %q has partitions 0-%d, not %d", m.Topic, len(ct.Partitions)-1, m.Partition)
 	}
+	if ct.Kind == wire.KindTransient {
+		return answer(wire.CodeInvalidRequest, "topic %q is transient: each partition lives in its home broker's memory (node %d for partition %d), which cannot be moved; delete the topic and create it again to place it anew",
+			m.Topic, ct.Partitions[m.Partition].Replicas[0], m.Partition)
+	}
 	if len(m.Replicas) == 0 || len(m.Replicas) > cmeta.MaxReplicas {
 		return answer(wire.CodeInvalidRequest, "%d replicas: want 1-%d", len(m.Replicas), cmeta.MaxReplicas)
 	}
@@ -233,6 +237,9 @@ func (s *Server) removeBroker(id uint32) error {
 		return answer(wire.CodeUnknownBroker, "no broker %d in the cluster", id)
 	}
 	if h := st.HeldBy(node); h.Replicas+h.Leaving > 0 {
+		if first, ok := homesTransient(st, node); ok {
+			return answer(wire.CodeBrokerInUse, "broker %d is the home of transient partitions (the first: %s), which cannot move: delete those topics first", id, first)
+		}
 		return answer(wire.CodeBrokerInUse, "broker %d is a replica of %d partitions (the first: %s) and is leaving %d more whose moves have not finished: drain it first (DRAIN_BROKER) and wait until MEMBERSHIP shows no move",
 			id, h.Replicas, h.First, h.Leaving)
 	}
@@ -377,4 +384,21 @@ func nodeIDs(ids []uint64) []uint32 {
 		out[i] = uint32(id)
 	}
 	return out
+}
+
+// homesTransient reports whether node is the home of a transient partition of the cluster,
+// and the first (topic/partition, by name): a drain does not move those (nothing can hold
+// them but their home), so they keep the broker in use.
+func homesTransient(st *cmeta.State, node uint64) (string, bool) {
+	for _, t := range st.Topics() {
+		if t.Kind != wire.KindTransient {
+			continue
+		}
+		for i, p := range t.Partitions {
+			if slices.Contains(p.Replicas, node) {
+				return fmt.Sprintf("%s/%d", t.Name, i), true
+			}
+		}
+	}
+	return "", false
 }

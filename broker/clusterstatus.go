@@ -39,7 +39,7 @@ type replicaView struct {
 func replicatedViews(topics map[string]*topic, only, from string, fromPart uint32) []replicaView {
 	var out []replicaView
 	for _, t := range sortedTopics(topics) {
-		if t.cluster == nil || t.deleted.Load() || only != "" && t.name != only || t.name < from {
+		if t.cluster == nil || t.kind != wire.KindDurable || t.deleted.Load() || only != "" && t.name != only || t.name < from {
 			continue
 		}
 		for _, p := range t.parts {

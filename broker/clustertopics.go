@@ -10,17 +10,19 @@ import (
 
 	"github.com/lightq/lightq/broker/auth"
 	"github.com/lightq/lightq/broker/meta"
+	"github.com/lightq/lightq/broker/ring"
 	cmeta "github.com/lightq/lightq/cluster/meta"
 	"github.com/lightq/lightq/wire"
 )
 
 // This file keeps a cluster member's topic table in step with the cluster's metadata. In a
-// cluster, durable topics are the cluster's: CREATE_TOPIC and DELETE_TOPIC of one, on any
-// broker, are proposed to the metadata group, and every broker's reconcile builds or removes
-// the live topic when it applies the change, opening the replicas placed on it. Transient
-// topics stay the broker's own, as without a cluster (they are in memory and replicated by
-// nobody). The users a replicated topic names live in the metadata too, and are overlaid on
-// the broker's own (accountState).
+// cluster, topics are the cluster's: CREATE_TOPIC and DELETE_TOPIC of one, on any broker,
+// are proposed to the metadata group, and every broker's reconcile builds or removes the
+// live topic when it applies the change, opening the replicas placed on it (durable) or
+// preallocating the rings of the partitions homed on it (transient: clustertransient.go).
+// Transient topics a broker created before it had cluster settings stay its own. The users
+// a cluster topic names live in the metadata too, and are overlaid on the broker's own
+// (accountState).
 
 // metaTimeout bounds the wait for a metadata change to be applied here.
 const metaTimeout = 10 * time.Second
@@ -32,6 +34,12 @@ type clusterTopic struct {
 	created  time.Time
 	shape    durableShape
 	shapeErr error
+	// homeErr: a transient topic's partitions homed here that have no ring, and why
+	// (clustertransient.go); nil when every one has its ring.
+	homeErr error
+	// ring0 is a transient topic's first ring here (any: they share one shape), for the
+	// direct produce path's size check; nil when no partition is homed here.
+	ring0 *ring.Ring
 }
 
 // reconcile makes the topic table, the users and the transport's peers match the metadata.
@@ -57,16 +65,24 @@ func (n *clusterNode) reconcile() {
 			n.log.Error().Str("topic", ct.Name).Msg("the cluster has a topic of the name of one of this broker's own (transient) topics: it is not served here until that one is deleted")
 			continue
 		case t != nil && t.cluster.created.Equal(ct.CreatedAt):
-			n.syncReplicas(t, ct)
+			if t.kind == wire.KindDurable {
+				n.syncReplicas(t, ct) // a transient partition's home never changes (moveReplicas)
+			}
 			continue
 		case t != nil:
-			gone = append(gone, t) // deleted and created again meanwhile
+			gone = append(gone, t)         // deleted and created again meanwhile
+			s.ringMemory -= t.ringMemory() // a transient topic's rings homed here
 		}
-		built[ct.Name] = n.buildTopic(ct)
+		if ct.Kind == wire.KindTransient {
+			built[ct.Name] = n.buildTransient(ct)
+		} else {
+			built[ct.Name] = n.buildTopic(ct)
+		}
 	}
 	for name, t := range topics {
 		if ct, ok := st.Topic(name); t.cluster != nil && (!ok || !t.cluster.created.Equal(ct.CreatedAt)) && built[name] == nil {
 			gone = append(gone, t)
+			s.ringMemory -= t.ringMemory()
 		}
 	}
 	if len(built) > 0 || len(gone) > 0 {
@@ -135,8 +151,8 @@ func (n *clusterNode) removeTopic(t *topic, st *cmeta.State) {
 	}
 }
 
-// createClusterTopic proposes a durable topic to the cluster and waits until this broker
-// serves it. Runs on a worker, without adminMu (reconcile takes it to apply the change).
+// createClusterTopic proposes a topic to the cluster and waits until this broker serves it.
+// Runs on a worker, without adminMu (reconcile takes it to apply the change).
 func (s *Server) createClusterTopic(m *wire.CreateTopic, mt meta.Topic, shape topicShape) error {
 	n := s.cluster
 	if strings.HasPrefix(m.Name, reservedPrefix) {
@@ -160,6 +176,14 @@ func (s *Server) createClusterTopic(m *wire.CreateTopic, mt meta.Topic, shape to
 			return err
 		}
 		cmd.UserHash = []byte(hash)
+	}
+	if m.Kind == wire.KindTransient {
+		placement, err := s.placeTransient(n.meta.State(), mt, shape)
+		if err != nil {
+			return err
+		}
+		cmd.Placement = placement
+		return n.change(cmd)
 	}
 	placement, err := cmeta.Place(n.meta.State(), int(m.Partitions), shape.durable.replicas)
 	if err != nil {
@@ -234,8 +258,9 @@ func (s *Server) accountState() meta.State {
 }
 
 // describeClusterLayout fills METADATA's cluster layout of a cluster member: the brokers of
-// the metadata, each replicated partition's leader and replicas, and this broker as the
-// leader of its own transient topics.
+// the metadata, each replicated partition's leader and replicas, each cluster transient
+// partition's home as its leader and only replica, and this broker as the leader of its
+// own transient topics.
 func (s *Server) describeClusterLayout(resp *wire.MetadataResponse) {
 	self := s.nodeID()
 	resp.NodeID = self

@@ -140,10 +140,16 @@ func (c *conn) produceDirect(size int) bool {
 		return false
 	}
 	batchLen := size - wire.HeaderSize - hl
+	// A cluster's transient topic may have partitions without a ring here (homed on another
+	// broker: clustertransient.go); its direct path takes the partitions homed here.
+	r0 := t.parts[0].ring
+	if t.cluster != nil {
+		r0 = t.cluster.ring0
+	}
 	// Decide before choosing a partition: PartitionAny advances the round robin, which the
 	// general path would advance again.
 	if t.kind != wire.KindTransient || batchLen > c.srv.cfg.Limits.MaxBatch || batchLen < wire.BatchHeaderSize ||
-		batchLen > t.parts[0].ring.MaxBatch() {
+		r0 == nil || batchLen > r0.MaxBatch() {
 		return false
 	}
 	// Bytes of the frame still in the socket, not yet in gnet's buffers.
@@ -170,7 +176,7 @@ func (c *conn) produceDirect(size int) bool {
 		}
 	}
 	p := t.partitionFor(m.Partition)
-	if p == nil {
+	if p == nil || p.ring == nil {
 		return false
 	}
 	if idempotent {

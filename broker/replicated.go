@@ -77,11 +77,16 @@ func (s *Server) clusterBroker(id uint64) (cmeta.Broker, bool) {
 
 // produceReplicated hands a batch to its replicated partition, which answers once a quorum
 // has it (PROTOCOL.md section 16). The answer comes through the connection's completion
-// queue, like a durable ack.
+// queue, like a durable ack. A cluster transient partition without a ring here
+// (clustertransient.go) also comes here: it is answered NOT_LEADER naming its home.
 func (c *conn) produceReplicated(corr uint32, t *topic, p *partition, m *wire.Produce, bt *wire.Batch) {
 	rp := p.repl
 	part := rp.part.Load()
 	if part == nil {
+		if t.kind == wire.KindTransient {
+			c.notHome(corr, t, p) // a cluster transient partition homed elsewhere
+			return
+		}
 		c.notLeader(corr, t, p, rp.leader())
 		return
 	}

@@ -57,6 +57,9 @@ func (c *conn) handleSubscribe(corr uint32, body []byte) {
 	default:
 		parts = t.parts[m.Partition : m.Partition+1]
 	}
+	if t.cluster != nil && !c.subscribableHere(corr, t, parts) {
+		return // a cluster transient partition homed on another broker
+	}
 	c.nextSubID++
 	s := &subscription{id: c.nextSubID, conn: c, topic: t, queueGroup: m.QueueGroup, credit: int64(m.Credit)}
 	t.mu.Lock()

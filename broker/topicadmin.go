@@ -66,7 +66,7 @@ func (s *Server) createTopic(m *wire.CreateTopic) error {
 	if err != nil {
 		return err
 	}
-	if s.cluster != nil && mt.Kind == wire.KindDurable {
+	if s.cluster != nil {
 		return s.createClusterTopic(m, mt, shape)
 	}
 	s.adminMu.Lock()

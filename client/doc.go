@@ -56,7 +56,9 @@
 // # Clusters
 //
 // Brokers with cluster settings replicate each partition of a topic created with
-// replication.factor > 1, and one of them leads it (PROTOCOL.md section 16). Give Dial the
+// replication.factor > 1, and one of them leads it (PROTOCOL.md section 16); each partition
+// of a transient topic lives on one broker, its home, which METADATA names as its leader
+// (section 16.3). Give Dial the
 // addresses of some of them, separated by commas:
 //
 //	c, err := client.Dial(ctx, "b1:7450,b2:7450,b3:7450", opts)
@@ -74,7 +76,11 @@
 // for a partition in the last 5 seconds: cut off from its peers, it cannot know the new
 // one). Group requests (JOIN_GROUP,
 // HEARTBEAT, GROUP_COMMIT, LEAVE_GROUP, FETCH_COMMITTED, COMMIT_OFFSET, LIST_GROUPS,
-// DESCRIBE_GROUP), subscriptions to transient topics and Ping stay on the boot broker.
+// DESCRIBE_GROUP) and Ping stay on the boot broker. A subscription goes to its partition's
+// home: sent to the boot broker while the view does not know the topic, and to the home
+// after a NOT_LEADER; a subscription to every partition of a topic whose partitions live on
+// several brokers is one SUBSCRIBE per partition at its home, merged into one Subscription
+// (which ends when any of their connections does).
 //
 // When a partition's leader changes, its broker answers NOT_LEADER (nothing done) or its
 // connection closes, or stalls (Reconnects): the Conn asks METADATA again (of any connected broker; while no leader

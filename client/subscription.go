@@ -24,6 +24,8 @@ type SubscribeOptions struct {
 	// Window is the credit window in bytes of batches, default 4 MiB. The client grants it
 	// at SUBSCRIBE and grants consumed bytes back in CREDIT frames once half of it has been
 	// consumed, so at most about Window bytes of batches (plus one batch) wait in the client.
+	// A subscription to every partition of a cluster's transient topic whose partitions live
+	// on several brokers shares it among its partitions (at least 64 KiB each).
 	Window int
 	// Buffer is the capacity, in messages, of the channel returned by Messages. Default 256.
 	// The batch queue between the reader goroutine and the consumer is bounded by Window,
@@ -73,16 +75,22 @@ func (r *Received) clone() Received {
 
 // Subscription receives the batches the broker pushes for one SUBSCRIBE, on one connection:
 // when that connection breaks, the subscription ends with an error wrapping ErrConnectionLost
-// once what it had queued is consumed (Err). Consume it with
+// once what it had queued is consumed (Err). In a cluster whose brokers share a transient
+// topic's partitions (PROTOCOL.md section 16.3), a subscription to every partition is one
+// SUBSCRIBE per partition, each at the partition's home broker (a leg), merged here: it ends
+// when any of their connections breaks. Consume it with
 // Each (no allocation per message) or Messages (a channel of copies), not both, and from one
 // goroutine at a time. Close, Dropped, Err and the accessors are safe from any goroutine.
 type Subscription struct {
-	c          *Conn
-	l          *link // the connection the subscription lives on; it ends with it
-	topic      string
-	id         uint32
+	c     *Conn
+	topic string
+	// legs are the broker subscriptions this one is made of: one, unless its partitions
+	// live on several brokers (then one per partition, byPart indexes them). Set by
+	// Subscribe before it returns, then read-only (each leg's consumed is consumeMu's).
+	legs       []*subLeg
+	byPart     []*subLeg // nil with one leg
 	partitions int
-	window     int
+	window     int // credit in bytes per leg
 	maxBatch   int
 	buffer     int
 	onCorrupt  func(*CorruptBatchError) error
@@ -114,8 +122,14 @@ type Subscription struct {
 	itNext    int64 // offset of the record it decodes next
 	rec       wire.Record
 	recv      Received
-	consumed  int
 	credit    [8]byte
+}
+
+// subLeg is one SUBSCRIBE of a Subscription, on the connection it lives on (it ends with it).
+type subLeg struct {
+	l        *link
+	id       uint32 // the broker's subscription id on l; set when the broker accepted
+	consumed int    // bytes consumed since the last CREDIT (under consumeMu)
 }
 
 type queuedBatch struct {
@@ -131,13 +145,15 @@ const maxFreeBuffers = 32
 // subCall is the pending slot of a SUBSCRIBE. Its response registers the subscription on the
 // reader goroutine, before the first DELIVER can be read.
 type subCall struct {
-	l         *link
-	s         *Subscription
-	done      chan struct{}
-	mu        sync.Mutex
-	abandoned bool
-	responded bool
-	err       error
+	l          *link
+	s          *Subscription
+	leg        *subLeg
+	done       chan struct{}
+	mu         sync.Mutex
+	abandoned  bool
+	responded  bool
+	err        error
+	partitions int // the broker's count, once accepted
 }
 
 func (sc *subCall) respond(_ uint32, body []byte, err error) {
@@ -146,7 +162,7 @@ func (sc *subCall) respond(_ uint32, body []byte, err error) {
 		if derr := r.Decode(body); derr != nil {
 			err = fmt.Errorf("%w: SUBSCRIBE response: %w", ErrProtocol, derr)
 		} else {
-			sc.s.id, sc.s.partitions = r.SubscriptionID, int(r.Partitions)
+			sc.leg.id, sc.partitions = r.SubscriptionID, int(r.Partitions)
 			c := sc.l.c
 			c.mu.Lock()
 			if sc.l.err != nil {
@@ -163,7 +179,7 @@ func (sc *subCall) respond(_ uint32, body []byte, err error) {
 	abandoned := sc.abandoned
 	sc.mu.Unlock()
 	if abandoned && err == nil {
-		go sc.s.Close() // the caller gave up: do not leave the broker pushing to nobody
+		go sc.s.c.unsubscribe(sc.leg) // the caller gave up: do not leave the broker pushing to nobody
 	}
 	close(sc.done)
 }
@@ -197,22 +213,28 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 	s.recv.Topic = opts.Topic
 	s.msgsCtx, s.msgsStop = context.WithCancel(context.Background())
 
-	req := wire.Subscribe{Topic: opts.Topic, Partition: part, QueueGroup: opts.QueueGroup, Credit: uint32(opts.Window)}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	l, err := c.awaitLink(ctx)
-	if err != nil {
+	if err := c.subscribeRouted(ctx, s, part, opts.QueueGroup, opts.Window); err != nil {
+		s.msgsStop()
 		return nil, err
 	}
-	s.l = l
-	sc := &subCall{l: l, s: s, done: make(chan struct{})}
+	return s, nil
+}
+
+// subscribeLeg sends one SUBSCRIBE on l for leg and waits for the answer; it returns the
+// number of partitions the broker subscribed. A caller that gives up (ctx) leaves the leg
+// to be unsubscribed when the answer comes.
+func (c *Conn) subscribeLeg(ctx context.Context, s *Subscription, l *link, leg *subLeg, req *wire.Subscribe) (int, error) {
+	leg.l = l
+	sc := &subCall{l: l, s: s, leg: leg, done: make(chan struct{})}
 	corr := c.nextCorr()
 	if err := l.register(corr, wire.OpSubscribe, sc, 0); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if err := c.writeFrame(l, wire.OpSubscribe, corr, req.AppendTo(nil)); err != nil {
 		if l.unregister(corr) {
-			return nil, err
+			return 0, err
 		}
 	}
 	select {
@@ -223,14 +245,11 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 		sc.abandoned = !responded
 		sc.mu.Unlock()
 		if !responded {
-			return nil, ctx.Err() // respond will unsubscribe if the broker accepts
+			return 0, ctx.Err() // respond will unsubscribe if the broker accepts
 		}
 		<-sc.done // answered meanwhile: take the outcome
 	}
-	if sc.err != nil {
-		return nil, sc.err
-	}
-	return s, nil
+	return sc.partitions, sc.err
 }
 
 // SubscribeFunc subscribes, calls handler for every message until ctx ends or handler
@@ -247,8 +266,9 @@ func (c *Conn) SubscribeFunc(ctx context.Context, opts SubscribeOptions, handler
 	return err
 }
 
-// ID is the broker's subscription id.
-func (s *Subscription) ID() uint32 { return s.id }
+// ID is the broker's subscription id (of the first broker's, when the partitions are
+// subscribed at several brokers).
+func (s *Subscription) ID() uint32 { return s.legs[0].id }
 
 // Partitions is the number of partitions subscribed.
 func (s *Subscription) Partitions() int { return s.partitions }
@@ -406,26 +426,30 @@ func (s *Subscription) skipCorrupt(bad *CorruptBatchError) error {
 	return s.onCorrupt(bad)
 }
 
-// release recycles a consumed batch's buffer and grants its bytes back as credit once half
-// the window has been consumed.
+// release recycles a consumed batch's buffer and grants its bytes back as credit, to the
+// leg it came from, once half the leg's window has been consumed.
 func (s *Subscription) release(q queuedBatch) {
 	s.curActive = false
 	s.cur = queuedBatch{}
-	s.consumed += len(q.batch)
+	leg := s.legs[0]
+	if s.byPart != nil && int(q.partition) < len(s.byPart) && s.byPart[q.partition] != nil {
+		leg = s.byPart[q.partition]
+	}
+	leg.consumed += len(q.batch)
 	s.mu.Lock()
 	if s.err == nil && len(s.free) < maxFreeBuffers {
 		s.free = append(s.free, q.buf)
 	}
 	s.mu.Unlock()
-	if s.consumed < s.window/2 {
+	if leg.consumed < s.window/2 {
 		return
 	}
-	grant := s.consumed
-	s.consumed = 0
+	grant := leg.consumed
+	leg.consumed = 0
 	corr := s.c.nextCorr()
-	s.l.registerOneWay(corr, s)
-	cr := wire.Credit{SubscriptionID: s.id, Bytes: uint32(grant)}
-	_ = s.c.writeFrame(s.l, wire.OpCredit, corr, cr.AppendTo(s.credit[:0]))
+	leg.l.registerOneWay(corr, s)
+	cr := wire.Credit{SubscriptionID: leg.id, Bytes: uint32(grant)}
+	_ = s.c.writeFrame(leg.l, wire.OpCredit, corr, cr.AppendTo(s.credit[:0]))
 }
 
 // Each calls handler for every message, in order per partition, until ctx ends, handler
@@ -516,25 +540,40 @@ func (s *Subscription) Messages() <-chan Received {
 // ErrClosed. It is idempotent and safe from any goroutine, including a handler.
 func (s *Subscription) Close() error {
 	s.closeOnce.Do(func() {
-		c, l := s.c, s.l
-		c.mu.Lock()
-		if l.subs != nil && l.subs[s.id] == s {
-			delete(l.subs, s.id)
-		}
-		failed := l.err != nil
-		c.mu.Unlock()
 		s.fail(ErrClosed)
 		s.msgsStop()
-		if failed {
-			return // the broker forgot the subscription with its connection
-		}
-		ctx, cancel := c.withTimeout(context.Background())
-		defer cancel()
-		req := wire.Unsubscribe{SubscriptionID: s.id}
-		_, err := c.exchange(ctx, l, wire.OpUnsubscribe, req.AppendTo(nil), false)
-		if err != nil && !errors.Is(err, &wire.Error{Code: wire.CodeUnknownSubscription}) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrConnectionLost) {
-			s.closeErr = err
+		for _, leg := range s.legs {
+			if err := s.c.unsubscribe(leg); err != nil && s.closeErr == nil {
+				s.closeErr = err
+			}
 		}
 	})
 	return s.closeErr
+}
+
+// unsubscribe forgets leg on its connection and asks its broker to end it (bounded by
+// Options.RequestTimeout). Nothing to ask when the connection is gone: the broker forgot the
+// subscription with it.
+func (c *Conn) unsubscribe(leg *subLeg) error {
+	l := leg.l
+	if l == nil || leg.id == 0 {
+		return nil // never accepted
+	}
+	c.mu.Lock()
+	if l.subs != nil && l.subs[leg.id] != nil {
+		delete(l.subs, leg.id)
+	}
+	failed := l.err != nil
+	c.mu.Unlock()
+	if failed {
+		return nil
+	}
+	ctx, cancel := c.withTimeout(context.Background())
+	defer cancel()
+	req := wire.Unsubscribe{SubscriptionID: leg.id}
+	_, err := c.exchange(ctx, l, wire.OpUnsubscribe, req.AppendTo(nil), false)
+	if err != nil && !errors.Is(err, &wire.Error{Code: wire.CodeUnknownSubscription}) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrConnectionLost) {
+		return err
+	}
+	return nil
 }

@@ -60,6 +60,13 @@ func clusterExamples() []protocolExample {
 			a.str(notLeader, "message")
 		})),
 		wireFrame(wire.OpError, 0, 41, &wire.ErrorBody{Code: wire.CodeNotLeader, Message: notLeader}))
+	const notHome = "partition 0 of ticks is transient and lives on node 2 (its home), not on this broker (node 1); node 2 is at 127.0.0.2:7400"
+	add("error-not-leader-transient",
+		frame(wire.OpError, 0, 43, body(func(a *annotated) {
+			a.u16(41, "code 41 NOT_LEADER")
+			a.str(notHome, "message")
+		})),
+		wireFrame(wire.OpError, 0, 43, &wire.ErrorBody{Code: wire.CodeNotLeader, Message: notHome}))
 
 	add("cluster-status-request",
 		frame(wire.OpClusterStatus, 0, 42, body(func(a *annotated) {

@@ -171,8 +171,9 @@ func (s *State) Moving() []Assignment {
 	return out
 }
 
-// PlanDrain returns the moves that take node out of the replicas of every partition that
-// lists it: each replaces node by the active broker, not a replica of that partition yet,
+// PlanDrain returns the moves that take node out of the replicas of every partition of a
+// durable topic that lists it (a transient partition is not moved: its data is in its home's
+// memory; it keeps the broker in use, HeldBy, until its topic is deleted): each replaces node by the active broker, not a replica of that partition yet,
 // that holds the fewest replicas (counting the moves planned before; node ids break ties),
 // placed last (the next replica becomes the preferred leader). It is deterministic, like
 // Place, and plans from s alone: propose the moves after DrainBroker, each checked again when
@@ -191,6 +192,9 @@ func PlanDrain(s *State, node uint64) ([]SetReplicas, error) {
 	}
 	var plan []SetReplicas
 	for _, t := range s.Topics() {
+		if t.Kind == wire.KindTransient {
+			continue // a transient partition lives in its home's memory: nothing can take it
+		}
 		for i, p := range t.Partitions {
 			at := slices.Index(p.Replicas, node)
 			if at < 0 {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lightq/lightq/wire"
 )
 
 // TestApplyMoves: a move keeps the replicas it started from in Previous until FinishMove; a
@@ -116,5 +118,26 @@ func TestPlanDrain(t *testing.T) {
 	small = run(t, small, step{topic("c", []uint64{1, 2, 3}), nil})
 	if _, err := PlanDrain(small, 2); !errors.Is(err, ErrNotEnoughBrokers) || !strings.Contains(err.Error(), `topic "c" partition 0`) {
 		t.Fatalf("no broker to move to: %v", err)
+	}
+}
+
+// TestPlanDrainSkipsTransient: a transient topic's partition lives in its home's memory, so a
+// drain plans no move of it (the home stays in use until the topic is deleted), while the
+// durable partitions of the same broker are moved.
+func TestPlanDrainSkipsTransient(t *testing.T) {
+	st := run(t, emptyState(), brokers(1, 2, 3)...)
+	tt := topic("ticks", []uint64{2}, []uint64{3})
+	tt.Kind = wire.KindTransient
+	st = run(t, st, step{tt, nil}, step{topic("d", []uint64{2, 1}), nil}, step{&DrainBroker{ID: 2}, nil})
+	plan, err := PlanDrain(st, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 1 || plan[0].Topic != "d" || !slices.Equal(plan[0].To, []uint64{1, 3}) {
+		t.Fatalf("plan %+v: want d/0 moved to [1 3] alone", plan)
+	}
+	st = run(t, st, step{&plan[0], nil})
+	if h := st.HeldBy(2); h.Replicas != 1 || h.Leaving != 1 {
+		t.Fatalf("after the plan broker 2 holds %+v: want the transient partition ticks/0, and d/0 leaving", h)
 	}
 }

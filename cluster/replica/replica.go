@@ -490,8 +490,9 @@ func (r *Replica) ProposeConfChange(cc raftpb.ConfChangeV2) error {
 		r.statusMu.Unlock()
 		return ErrStopped
 	case !r.status.IsLeader && (!r.cfg.ForwardProposals || r.status.Leader == 0):
+		leader := r.status.Leader // read under statusMu: publishStatus writes it
 		r.statusMu.Unlock()
-		return &NotLeaderError{Leader: r.status.Leader}
+		return &NotLeaderError{Leader: leader}
 	}
 	select {
 	case r.confChanges <- req:
