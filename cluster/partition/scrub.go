@@ -86,7 +86,7 @@ func (p *Partition) scrub() {
 		case <-p.stop:
 			return
 		case ce := <-p.damage:
-			p.repair(ce)
+			p.repair(ce, FoundByRead)
 		case <-tickC:
 			p.scrubSome()
 		}
@@ -109,7 +109,7 @@ func (p *Partition) scrubSome() {
 		switch {
 		case errors.As(err, &ce):
 			p.logf("scrub: %v", ce)
-			p.repair(ce)
+			p.repair(ce, FoundByScrub)
 			return
 		case err != nil:
 			p.logf("scrub: %v", err)
@@ -121,11 +121,12 @@ func (p *Partition) scrubSome() {
 	}
 }
 
-// repair cuts this replica's log at the damaged entry ce and lets its peers fill it again
-// (see the top of the file). It runs on the scrub goroutine; a repair that cannot be done
-// now (no follower to hand the leadership to) is left to the next time the damage is met.
-func (p *Partition) repair(ce *raftlog.CorruptEntryError) {
-	p.damaged.Add(1)
+// repair cuts this replica's log at the damaged entry ce, found by where (FoundByScrub,
+// FoundByRead), and lets its peers fill it again (see the top of the file). It runs on the
+// scrub goroutine; a repair that cannot be done now (no follower to hand the leadership to)
+// is left to the next time the damage is met.
+func (p *Partition) repair(ce *raftlog.CorruptEntryError, where int) {
+	p.ct.found(where, ce)
 	p.markDamage(nil)
 	if st := p.rep.Status(); st.IsLeader {
 		to := p.successor()
@@ -161,7 +162,7 @@ func (p *Partition) repair(ce *raftlog.CorruptEntryError) {
 		p.logf("repairing entry %d: %v", ce.Index, err)
 		return
 	}
-	p.repaired.Add(1)
+	p.ct.damageRepaired[where].Add(1)
 }
 
 // successor is the active voter, other than this replica, with the highest match index; 0
