@@ -209,10 +209,10 @@ type Partition struct {
 	ckIndex uint64
 	ckBuf   []byte
 
-	// The scrub (scrub.go): bytes verified, passes over the sealed segments, damaged batches
-	// found (by the scrub or raft's reads) and repairs made; damage is the queue of damage
-	// raft's reads met, to the scrub goroutine, and damageSeen (under damageMu) holds
-	// snapshots back until its repair starts.
+	// The scrub (scrub.go): bytes verified and passes over the sealed segments (the damage
+	// found and repaired is counted in ct); damage is the queue of damage raft's reads met,
+	// to the scrub goroutine, and damageSeen (under damageMu) holds snapshots back until its
+	// repair starts.
 	scrubbed, scrubPasses atomic.Int64
 	damage                chan *raftlog.CorruptEntryError
 	damageMu              sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -219,14 +220,10 @@ func TestPeerFeatures(t *testing.T) {
 
 	// Peers without the features: a message that needs one is dropped, the next arrives.
 	for _, node := range []uint64{3, 4} {
-		deadline := time.Now().Add(2 * time.Second)
-		for !a.tr.PeerStats()[node-2].Connected && time.Now().Before(deadline) {
-			a.tr.Send(node, heartbeat(1, 1))
-			time.Sleep(2 * time.Millisecond)
-		}
-		if !a.tr.PeerStats()[node-2].Connected {
-			t.Fatalf("no connection to node %d", node)
-		}
+		poll(t, fmt.Sprintf("a connection to node %d", node), func() bool {
+			a.tr.Send(node, heartbeat(1, 1)) // dials; a link that failed meanwhile is dialled again
+			return a.tr.PeerStats()[node-2].Connected
+		})
 		if f := a.tr.PeerFeatures(node); f != 0 {
 			t.Fatalf("node %d announced nothing, yet has features %#x", node, f)
 		}
@@ -255,12 +252,24 @@ func TestPeerFeatures(t *testing.T) {
 		t.Skipf("the address could not be taken again: %v", err)
 	}
 	defer b2.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for a.tr.PeerFeatures(2) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the features of the closed connection stayed")
+	poll(t, "the closed connection's features to go", func() bool {
+		a.tr.Send(2, heartbeat(1, 1)) // the write that finds the connection closed
+		return a.tr.PeerFeatures(2) == 0 && a.tr.PeerStats()[0].Connected
+	})
+}
+
+// poll checks cond on a short tick until it holds, failing after a deadline generous for
+// a loaded machine (cond may send: each check is a message raft would resend).
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
 		}
-		a.tr.Send(2, heartbeat(1, 1))
-		time.Sleep(2 * time.Millisecond)
 	}
 }
