@@ -242,6 +242,11 @@ func TestReadDamageRepaired(t *testing.T) {
 	if n.DamageFound[FoundByRead] < 1 || n.CheckFailures[raftlog.CheckTerm] < 1 || n.EntriesCut < 1 || n.DamageFound[FoundByScrub] != 0 {
 		t.Fatalf("counts after the repair: %+v", n)
 	}
+	// As in TestScrubRepairs, the next appends show the new leader that the cut replica lost
+	// entries it had acknowledged (a quiet group only sends heartbeats), and it is re-added.
+	for k, v := range runProducers(c, 62, 3000, 2, 10, 2) {
+		acked[k] = v
+	}
 	c.quiet()
 	for _, id := range c.ids {
 		exactlyOnce(t, c.part(id), acked)
