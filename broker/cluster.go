@@ -316,7 +316,7 @@ func brokerList(st *cmeta.State) []cmeta.Broker {
 // transport's segment streams; nil when none is.
 func (n *clusterNode) segmentSource(group uint64) transport.SegmentSource {
 	if v, ok := n.segs.Load(group); ok {
-		return v.(*cpart.Partition).Log()
+		return v.(*cpart.Partition).SegmentSource()
 	}
 	return nil
 }

@@ -371,6 +371,10 @@ func TestClusterMetrics(t *testing.T) {
 				if leaders[j+1] && (conn != 1 || sent < 1 || get(i, "lightq_cluster_peer_sent_bytes_total", pe) < 1) {
 					return fmt.Sprintf("broker %d's peer %d, a leader: connected %v, sent %v", i+1, j+1, conn, sent)
 				}
+				// Its features arrived with the connection (through the test's forwarders).
+				if f := get(i, "lightq_cluster_peer_segment_catchup", pe); leaders[j+1] && f != 1 {
+					return fmt.Sprintf("broker %d's peer %d, connected: segment catch-up %v", i+1, j+1, f)
+				}
 			}
 		}
 		return ""

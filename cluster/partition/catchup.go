@@ -18,6 +18,9 @@ import (
 // FetchSegments).
 type SegmentFetcher interface {
 	FetchSegments(ctx context.Context, node, group uint64, from, to int64, roundDown bool, sink transport.SegmentSink, progress func(n int)) (int64, error)
+	// PeerFeatures (FeatureSource): a snapshot naming segments goes only to a peer that
+	// announced transport.FeatureSegmentCatchUp (snapGate).
+	FeatureSource
 }
 
 // CatchUpStats are the figures of the catch-ups from whole segments this replica made.
@@ -30,7 +33,9 @@ type CatchUpStats struct {
 	// or failed dial, no bytes for CatchUpStall, a newer term heard): not installed, raft
 	// restarted (replica.ErrAbandonSnapshot).
 	Abandoned int
-	Last      time.Duration
+	// AbandonedBy splits Abandoned by reason (AbandonStall, AbandonTerm, AbandonNoAnswer).
+	AbandonedBy [AbandonReasons]int
+	Last        time.Duration
 }
 
 const (
@@ -72,6 +77,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.ct.catchUpStarted.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -95,13 +101,14 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 		p.cu.Attempts++
 		p.mu.Unlock()
 		w := p.watch(ctx, term)
+		w.ct = &p.ct
 		if c.Started() {
 			c.Resume()
 			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, c.Next(), d.FirstOffset, false, w.sink(c.Write), w.progress)
 		} else {
 			_, err = p.cfg.Segments.FetchSegments(w.ctx, d.Source, p.cfg.Group, start, d.FirstOffset, true, w.sink(c.Write), w.progress)
 		}
-		why := w.stop()
+		why, reason := w.stop()
 		if err == nil {
 			if err = c.Finish(p.st.CanKeepBelow(c.From())); err == nil {
 				break
@@ -122,7 +129,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 			// time; after an abandoned snapshot, once CatchUpStall passed with no chunk, so
 			// that a live leader whose segments cannot be had is not sent a rejection (and
 			// makes a new snapshot) every round trip.
-			why = "no answer"
+			why, reason = "no answer", AbandonNoAnswer
 		}
 		if why != "" && p.abandonedSince.IsZero() {
 			p.abandonedSince = began
@@ -141,6 +148,7 @@ func (p *Partition) catchUp(snap raftpb.Snapshot) (*raftlog.CatchUp, error) {
 			p.lastAbandon = time.Now()
 			p.mu.Lock()
 			p.cu.Abandoned++
+			p.cu.AbandonedBy[reason]++
 			p.mu.Unlock()
 			return nil, fmt.Errorf("%w: catch-up of the snapshot at entry %d from node %d (%s after %v, offset %d reached): %v",
 				replica.ErrAbandonSnapshot, snap.Metadata.Index, d.Source, why, time.Since(began).Round(time.Millisecond), c.Next(), err)
@@ -194,19 +202,24 @@ func (p *Partition) heard() uint64 {
 
 // fetchWatch cancels one fetch attempt whose stream brings no bytes for CatchUpStall, or
 // once the replica hears a term above term. The fetch's goroutine calls sink and stop; the
-// watcher's goroutine only reads last and sets why before it cancels.
+// watcher's goroutine only reads last and sets why (and reason) before it cancels.
 type fetchWatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	last   atomic.Int64 // UnixNano of the last bytes read, or of the start
 	chunks atomic.Int64
 	why    atomic.Pointer[string]
+	reason int // AbandonStall or AbandonTerm, set before why
 	done   chan struct{}
 	exited chan struct{}
+	// ct counts the stream's chunks (Counts.SegmentBytesReceived, SegmentsReceived); base
+	// is the segment of the last chunk (-1 before the first). The fetch's goroutine only.
+	ct   *counters
+	base int64
 }
 
 func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
-	w := &fetchWatch{done: make(chan struct{}), exited: make(chan struct{})}
+	w := &fetchWatch{done: make(chan struct{}), exited: make(chan struct{}), base: -1}
 	w.ctx, w.cancel = context.WithCancel(parent)
 	w.last.Store(time.Now().UnixNano())
 	stall := p.cfg.CatchUpStall
@@ -224,9 +237,9 @@ func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
 				var why string
 				switch {
 				case now.Sub(time.Unix(0, w.last.Load())) > stall:
-					why = fmt.Sprintf("no bytes for %v", stall)
+					why, w.reason = fmt.Sprintf("no bytes for %v", stall), AbandonStall
 				case p.heard() > term:
-					why = fmt.Sprintf("term %d heard (the snapshot came in term %d or before)", p.heard(), term)
+					why, w.reason = fmt.Sprintf("term %d heard (the snapshot came in term %d or before)", p.heard(), term), AbandonTerm
 				default:
 					continue
 				}
@@ -243,6 +256,13 @@ func (p *Partition) watch(parent context.Context, term uint64) *fetchWatch {
 func (w *fetchWatch) sink(next transport.SegmentSink) transport.SegmentSink {
 	return func(base, pos int64, data []byte) error {
 		w.chunks.Add(1)
+		if w.ct != nil {
+			w.ct.segBytesIn.Add(int64(len(data)))
+			if base != w.base {
+				w.ct.segsIn.Add(1)
+				w.base = base
+			}
+		}
 		return next(base, pos, data)
 	}
 }
@@ -253,15 +273,16 @@ func (w *fetchWatch) progress(int) { w.last.Store(time.Now().UnixNano()) }
 
 func (w *fetchWatch) progressed() bool { return w.chunks.Load() > 0 }
 
-// stop ends the watcher and reports why it cancelled the attempt ("" if it did not).
-func (w *fetchWatch) stop() string {
+// stop ends the watcher and reports why it cancelled the attempt ("" if it did not), and
+// the reason's code.
+func (w *fetchWatch) stop() (string, int) {
 	close(w.done)
 	<-w.exited
 	w.cancel()
 	if s := w.why.Load(); s != nil {
-		return *s
+		return *s, w.reason
 	}
-	return ""
+	return "", 0
 }
 
 // CatchUps reports the catch-ups from whole segments this replica made since Open. Safe for

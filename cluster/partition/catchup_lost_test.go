@@ -14,10 +14,28 @@ import (
 type lossKind int
 
 const (
-	killed  lossKind = iota // kill -9: partition and transport closed
-	stopped                 // SIGSTOP: the stream stalls, the leader cut off from raft messages
-	stalled                 // only the stream stalls; the leader goes on
+	killed   lossKind = iota // kill -9: partition and transport closed
+	stopped                  // SIGSTOP: the stream stalls, the leader cut off from raft messages
+	stalled                  // only the stream stalls; the leader goes on
+	silenced                 // as stopped, with a CatchUpStall too long to matter: the newer term ends it
 )
+
+// abandonCounts checks that the catch-ups of p abandoned snapshots for some of the reasons
+// want (AbandonStall...), as its Counts say, and that these add up to what its CatchUps say.
+func abandonCounts(t *testing.T, p *Partition, want ...int) {
+	t.Helper()
+	cu, n := p.CatchUps(), p.Status().Counts
+	var sum, wanted int64
+	for _, v := range n.CatchUpsAbandoned {
+		sum += v
+	}
+	for _, r := range want {
+		wanted += n.CatchUpsAbandoned[r]
+	}
+	if sum < int64(cu.Abandoned) || wanted == 0 {
+		t.Fatalf("abandons by reason %v (stall, term, no answer), want some of %v; the catch-ups abandoned %d", n.CatchUpsAbandoned, want, cu.Abandoned)
+	}
+}
 
 // maxElection bounds the time from the leader's loss to a new ready leader: a few election
 // timeouts (300 ms here) and the catch-up's stall bound, with room for a loaded machine.
@@ -36,6 +54,11 @@ func leaderLostCase(t *testing.T, how lossKind) {
 		cfg.RetentionCheck = 10 * time.Millisecond
 		cfg.CheckpointInterval = 50 * time.Millisecond
 		cfg.ElectionTicks = 30 // 300 ms: no spurious election under -race on a loaded machine
+		if how == silenced {
+			// Ten election timeouts: the other follower's pre-vote comes first (the watcher
+			// looks every CatchUpStall/8).
+			cfg.CatchUpStall = 3 * time.Second
+		}
 	})
 	l := c.leader()
 	acked, err := newWorkload(42, 600, 3, 20).run(c, 4)
@@ -98,7 +121,7 @@ func leaderLostCase(t *testing.T, how lossKind) {
 	switch how {
 	case killed:
 		c.stop(l)
-	case stopped:
+	case stopped, silenced:
 		c.faults.Isolate(l)
 	case stalled:
 		close(gone)
@@ -113,6 +136,7 @@ func leaderLostCase(t *testing.T, how lossKind) {
 		if took > maxElection {
 			t.Fatalf("the stalled stream was given up after %v (bound %v)", took, maxElection)
 		}
+		abandonCounts(t, c.part(f), AbandonStall)
 		c.sameLogs(c.ids...)
 		exactlyOnce(t, c.part(f), retained(acked, c.part(l).Log().StartOffset()))
 		return
@@ -137,6 +161,14 @@ func leaderLostCase(t *testing.T, how lossKind) {
 	}
 	if st.Abandoned == 0 {
 		t.Fatalf("follower %d did not abandon the snapshot: %+v", f, st)
+	}
+	switch how {
+	case killed: // the stream cut, then dials refused (or the stream stalled first)
+		abandonCounts(t, c.part(f), AbandonNoAnswer, AbandonStall)
+	case stopped:
+		abandonCounts(t, c.part(f), AbandonStall, AbandonTerm)
+	case silenced:
+		abandonCounts(t, c.part(f), AbandonTerm)
 	}
 
 	// The follower catches up from the new leader, and nothing acknowledged is lost.
@@ -177,6 +209,10 @@ func TestCatchUpLeaderKilled(t *testing.T) { leaderLostCase(t, killed) }
 // TestCatchUpLeaderStopped: the leader's stream stalls with its connection open and the
 // leader hears and says nothing (a stopped process).
 func TestCatchUpLeaderStopped(t *testing.T) { leaderLostCase(t, stopped) }
+
+// TestCatchUpNewerTerm: as TestCatchUpLeaderStopped, but the stream is never given up for
+// its stall: what ends the catch-up is the other follower's election reaching the follower.
+func TestCatchUpNewerTerm(t *testing.T) { leaderLostCase(t, silenced) }
 
 // TestCatchUpStalled: only the stream stalls, the leader goes on: the follower gives the
 // snapshot up after CatchUpStall (no newer term to hear), and the leader's next snapshot
@@ -219,6 +255,11 @@ func TestCatchUpNeverAnswered(t *testing.T) {
 		c.part(f).Log().StartOffset(), c.part(f).Log().NextOffset(), c.part(l).Log().StartOffset(), c.part(l).Log().NextOffset())
 	if st.Abandoned == 0 || st.Failed != 1 || st.Done != 0 {
 		t.Fatalf("follower %d: %+v, want snapshots abandoned, then one installed without its segments", f, st)
+	}
+	abandonCounts(t, c.part(f), AbandonNoAnswer)
+	if n := c.part(f).Status().Counts; n.CatchUpsAbandoned[AbandonNoAnswer] != int64(st.Abandoned) || n.CatchUpsTimedOut != 1 ||
+		n.CatchUpsDone != 0 || n.CatchUpsStarted != int64(st.Abandoned)+1 || n.SnapshotsApplied < 1 {
+		t.Fatalf("follower %d's counts: %+v (catch-ups %+v)", f, n, st)
 	}
 	exactlyOnce(t, c.part(f), retained(acked, c.part(f).Log().StartOffset()))
 }

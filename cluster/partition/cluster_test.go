@@ -37,6 +37,9 @@ type node struct {
 	gate   *gate
 	tr     *transport.Transport
 	p      *Partition // nil while stopped
+	// old makes the node's next transport announce no features, as a broker of the
+	// previous release (transport.Config.NoFeatures).
+	old bool
 }
 
 type cluster struct {
@@ -97,12 +100,12 @@ func (c *cluster) config(nd *node) Config {
 func (c *cluster) start(id uint64) {
 	c.t.Helper()
 	nd := c.nodes[id]
-	tr, err := transport.New(transport.Config{NodeID: id, Listen: "127.0.0.1:0", Secret: secret,
+	tr, err := transport.New(transport.Config{NodeID: id, Listen: "127.0.0.1:0", Secret: secret, NoFeatures: nd.old,
 		Handler: nd.router.Handle, Unreachable: nd.router.Unreachable, Faults: c.faults,
 		RedialMin: time.Millisecond, RedialMax: 20 * time.Millisecond,
 		Segments: func(g uint64) transport.SegmentSource {
 			if p := c.part(id); p != nil && g == testGroup {
-				return p.Log()
+				return p.SegmentSource()
 			}
 			return nil
 		}})
@@ -414,6 +417,14 @@ func (g *gate) setNext(s replica.Sender) {
 	g.mu.Lock()
 	g.next = s
 	g.mu.Unlock()
+}
+
+// PeerFeatures are the node's current transport's.
+func (g *gate) PeerFeatures(node uint64) uint64 {
+	g.mu.Lock()
+	next := g.next
+	g.mu.Unlock()
+	return next.(*transport.Transport).PeerFeatures(node)
 }
 
 // FetchSegments fetches through the node's current transport.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/lightq/lightq/cluster/raftlog"
 	"github.com/lightq/lightq/wire"
 )
 
@@ -122,6 +123,15 @@ func TestHeaderBitFlipsRepaired(t *testing.T) {
 				if lc := c.part(f).st.LostCommit(); lc == 0 {
 					t.Fatalf("%s bit %d in the %s segment: the damage was not seen", fld.name, k, where)
 				}
+				// Counted since this Open: found and cut at Open, by the check the flipped
+				// field failed (a flip can make a raft index a term problem of the batch
+				// before, so either of the two), with the entries from it on cut.
+				n := c.part(f).Status().Counts
+				if n.DamageFound[FoundAtOpen] < 1 || n.DamageRepaired[FoundAtOpen] != n.DamageFound[FoundAtOpen] || n.EntriesCut < 1 ||
+					n.CheckFailures[raftlog.CheckBatch] != 0 || n.CheckFailures[raftlog.CheckRaftIndex]+n.CheckFailures[raftlog.CheckTerm] != n.DamageFound[FoundAtOpen] ||
+					fld.name == "leader epoch" && n.CheckFailures[raftlog.CheckTerm] < 1 {
+					t.Fatalf("%s bit %d in the %s segment: counts %+v", fld.name, k, where, n)
+				}
 				flips++
 				more := runProducers(c, uint64(100+flips), int64(2000+10*flips), 1, 3, 1)
 				for key, v := range more {
@@ -162,6 +172,12 @@ func TestScrubRepairs(t *testing.T) {
 			if st.DamagedBatches == 0 || st.ScrubbedBytes == 0 {
 				t.Fatalf("status after the repair: %+v", st)
 			}
+			// A leader epoch flipped: a term check failed, found by the scrub and repaired,
+			// the entries from it on cut.
+			if n := st.Counts; n.DamageFound[FoundByScrub] < 1 || n.DamageRepaired[FoundByScrub] < 1 || n.CheckFailures[raftlog.CheckTerm] < 1 ||
+				n.EntriesCut < 1 || n.DamageFound[FoundAtOpen] != 0 || st.Repairs != n.DamageRepaired[FoundByScrub]+n.DamageRepaired[FoundByRead] {
+				t.Fatalf("counts after the repair: %+v", n)
+			}
 			more := runProducers(c, 51, 3000, 2, 10, 2)
 			for key, v := range more {
 				acked[key] = v
@@ -177,4 +193,63 @@ func TestScrubRepairs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadDamageRepaired: damage that only a raft read meets (a leader epoch flipped in a
+// sealed segment of the leader, below its producer checkpoint, no scrub) when the leader
+// sends a follower that was down the entries it missed: the read is answered ErrCompacted,
+// the leader hands its leadership over and cuts its log there, and the counters say it was
+// found by a read and repaired. Nothing acked is lost; the replicas end byte-identical.
+func TestReadDamageRepaired(t *testing.T) {
+	c := newCluster(t, 0, 3, func(cfg *Config) { cfg.Log.SegmentBytes = 8 << 10 })
+	acked := runProducers(c, 60, 1000, 2, 20, 2)
+	c.quiet()
+	l := c.leader()
+	f := c.follower()
+	behind := c.part(f).Log().NextOffset()
+	c.stop(f)
+	for k, v := range runProducers(c, 61, 2000, 2, 40, 2) {
+		acked[k] = v
+	}
+	c.quiet()
+	c.stop(l)
+	// The last sealed segment of the leader past what the follower holds.
+	segs := c.segments(l)
+	var path string
+	for _, s := range segs[:len(segs)-1] {
+		var base int64
+		if _, err := fmt.Sscanf(filepath.Base(s), "%020d.log", &base); err == nil && base >= behind {
+			path = s
+		}
+	}
+	if path == "" {
+		t.Fatalf("no sealed segment of node %d past offset %d: %v", l, behind, segs)
+	}
+	flipInSegment(t, path, func(b []int) int { return len(b) / 2 }, 20, 4, 3)
+	c.start(l)
+	if n := c.leader(); n != l {
+		c.part(n).Replica().TransferLeadership(l)
+		waitFor(t, fmt.Sprintf("node %d to lead again", l), func() bool { st := c.part(l).Status(); return st.IsLeader && st.Ready })
+	}
+	if n := c.part(l).Status().Counts; n.DamageFound != [FoundKinds]int64{} {
+		t.Fatalf("damage found before the read: %+v", n)
+	}
+	c.start(f)
+	waitFor(t, fmt.Sprintf("node %d to repair the damage its read met", l), func() bool {
+		return c.part(l).Status().Counts.DamageRepaired[FoundByRead] > 0
+	})
+	n := c.part(l).Status().Counts
+	if n.DamageFound[FoundByRead] < 1 || n.CheckFailures[raftlog.CheckTerm] < 1 || n.EntriesCut < 1 || n.DamageFound[FoundByScrub] != 0 {
+		t.Fatalf("counts after the repair: %+v", n)
+	}
+	// As in TestScrubRepairs, the next appends show the new leader that the cut replica lost
+	// entries it had acknowledged (a quiet group only sends heartbeats), and it is re-added.
+	for k, v := range runProducers(c, 62, 3000, 2, 10, 2) {
+		acked[k] = v
+	}
+	c.quiet()
+	for _, id := range c.ids {
+		exactlyOnce(t, c.part(id), acked)
+	}
+	c.sameLogs(c.ids...)
 }

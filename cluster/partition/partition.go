@@ -209,15 +209,18 @@ type Partition struct {
 	ckIndex uint64
 	ckBuf   []byte
 
-	// The scrub (scrub.go): bytes verified, passes over the sealed segments, damaged batches
-	// found (by the scrub or raft's reads) and repairs made; damage is the queue of damage
-	// raft's reads met, to the scrub goroutine, and damageSeen (under damageMu) holds
-	// snapshots back until its repair starts.
-	scrubbed, scrubPasses, damaged, repaired atomic.Int64
-	damage                                   chan *raftlog.CorruptEntryError
-	damageMu                                 sync.Mutex
-	damageSeen                               bool
-	scrubDone                                chan struct{}
+	// The scrub (scrub.go): bytes verified and passes over the sealed segments (the damage
+	// found and repaired is counted in ct); damage is the queue of damage raft's reads met,
+	// to the scrub goroutine, and damageSeen (under damageMu) holds snapshots back until its
+	// repair starts.
+	scrubbed, scrubPasses atomic.Int64
+	damage                chan *raftlog.CorruptEntryError
+	damageMu              sync.Mutex
+	damageSeen            bool
+	scrubDone             chan struct{}
+
+	ct  counters   // counters.go
+	src *segSource // SegmentSource
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -268,6 +271,7 @@ func Open(cfg Config) (*Partition, error) {
 	}
 	p := &Partition{cfg: cfg, fsys: cfg.Log.FS, stop: make(chan struct{}), done: make(chan struct{}),
 		scrubDone: make(chan struct{}), damage: make(chan *raftlog.CorruptEntryError, 1)}
+	p.src = &segSource{p}
 	if p.fsys == nil {
 		p.fsys = vfs.OS
 	}
@@ -307,7 +311,9 @@ func Open(cfg Config) (*Partition, error) {
 			break
 		}
 		p.logf("entry %d is damaged (%v): cutting the log there; the other replicas bring it back", ce.Index, ce)
+		p.ct.found(FoundAtOpen, ce)
 		if err = s.CutDamaged(ce); err == nil {
+			p.ct.damageRepaired[FoundAtOpen].Add(1)
 			commit, err = p.rebuild()
 		}
 	}
@@ -319,7 +325,7 @@ func Open(cfg Config) (*Partition, error) {
 		p.hw.Store(hw)
 	}
 	rep, err := replica.Start(replica.Config{
-		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Join: cfg.Join, Storage: p.st, Sender: cfg.Sender,
+		ID: cfg.NodeID, Group: cfg.Group, Peers: cfg.Peers, Join: cfg.Join, Storage: p.st, Sender: &snapGate{next: cfg.Sender, p: p},
 		Apply: p.apply, Applied: commit, Advanced: p.advanced, LostCommit: s.LostCommit(),
 		Tick: cfg.Tick, ElectionTicks: cfg.ElectionTicks,
 		// Above what Produce lets through, so that raft never drops a proposal for its size

@@ -86,7 +86,7 @@ func (p *Partition) scrub() {
 		case <-p.stop:
 			return
 		case ce := <-p.damage:
-			p.repair(ce)
+			p.repair(ce, FoundByRead)
 		case <-tickC:
 			p.scrubSome()
 		}
@@ -109,7 +109,7 @@ func (p *Partition) scrubSome() {
 		switch {
 		case errors.As(err, &ce):
 			p.logf("scrub: %v", ce)
-			p.repair(ce)
+			p.repair(ce, FoundByScrub)
 			return
 		case err != nil:
 			p.logf("scrub: %v", err)
@@ -121,11 +121,22 @@ func (p *Partition) scrubSome() {
 	}
 }
 
-// repair cuts this replica's log at the damaged entry ce and lets its peers fill it again
-// (see the top of the file). It runs on the scrub goroutine; a repair that cannot be done
-// now (no follower to hand the leadership to) is left to the next time the damage is met.
-func (p *Partition) repair(ce *raftlog.CorruptEntryError) {
-	p.damaged.Add(1)
+// repair cuts this replica's log at the damaged entry ce, found by where (FoundByScrub,
+// FoundByRead), and lets its peers fill it again (see the top of the file). It runs on the
+// scrub goroutine; a repair that cannot be done now (no follower to hand the leadership to)
+// is left to the next time the damage is met.
+//
+// A report can be stale: raft reads a damaged entry again while its repair runs (the leader
+// waiting for its successor), and that second report reaches the scrub goroutine after the
+// cut. The entry is then no longer in the log, and cutting there again would fail and stop
+// the replica: such a report is dropped (here, and in the cut, where raft is stopped and the
+// log cannot change), and what was queued during a repair is dropped after it.
+func (p *Partition) repair(ce *raftlog.CorruptEntryError, where int) {
+	if !p.holds(ce) {
+		p.logf("entry %d (offset %d): damage reported again after its repair; the log now ends before it", ce.Index, ce.Offset)
+		return
+	}
+	p.ct.found(where, ce)
 	p.markDamage(nil)
 	if st := p.rep.Status(); st.IsLeader {
 		to := p.successor()
@@ -151,17 +162,34 @@ func (p *Partition) repair(ce *raftlog.CorruptEntryError) {
 		}
 	}
 	p.logf("entry %d is damaged (%v): cutting the log there; the other replicas bring it back", ce.Index, ce)
+	cut := false
 	err := p.rep.Restart(func() (uint64, error) {
+		if !p.holds(ce) {
+			return p.st.LostCommit(), nil // cut since (raft truncated its tail): nothing to do
+		}
 		if err := p.st.CutDamaged(ce); err != nil {
 			return 0, err
 		}
+		cut = true
 		return p.st.LostCommit(), nil
 	})
 	if err != nil {
 		p.logf("repairing entry %d: %v", ce.Index, err)
 		return
 	}
-	p.repaired.Add(1)
+	select {
+	case <-p.damage: // reported while it was repaired: the log it names is gone
+	default:
+	}
+	if cut {
+		p.ct.damageRepaired[where].Add(1)
+	}
+}
+
+// holds reports whether the log still holds the entry and batch ce names.
+func (p *Partition) holds(ce *raftlog.CorruptEntryError) bool {
+	last, err := p.st.LastIndex()
+	return err == nil && ce.Index <= last && ce.Offset < p.st.Log().NextOffset()
 }
 
 // successor is the active voter, other than this replica, with the highest match index; 0

@@ -36,6 +36,8 @@ type Status struct {
 	// twice before its repair counts twice) and repairs made (the log cut there, to be filled
 	// again from the other replicas).
 	ScrubbedBytes, ScrubPasses, DamagedBatches, Repairs int64
+	// Counts are the catch-up, snapshot and damage counters (counters.go).
+	Counts Counts
 	// Replicas is, on the leader, every member's replication (itself included); nil on a
 	// follower.
 	Replicas []ReplicaStatus
@@ -66,9 +68,13 @@ func (p *Partition) Status() Status {
 		HighWatermark: p.hw.Load(), Voters: slices.Clone(rs.ConfState.Voters),
 		Learners: slices.Clone(rs.ConfState.Learners), Outgoing: slices.Clone(rs.ConfState.VotersOutgoing),
 		Pending: p.count, PendingBytes: p.bytes, LeaderChanges: p.leaderChanges,
-		ScrubbedBytes: p.scrubbed.Load(), ScrubPasses: p.scrubPasses.Load(), DamagedBatches: p.damaged.Load(), Repairs: p.repaired.Load(),
+		ScrubbedBytes: p.scrubbed.Load(), ScrubPasses: p.scrubPasses.Load(),
 	}
+	cu := p.cu
 	p.mu.Unlock()
+	s.Counts = p.counts(cu)
+	s.DamagedBatches = s.Counts.DamageFound[FoundByScrub] + s.Counts.DamageFound[FoundByRead]
+	s.Repairs = s.Counts.DamageRepaired[FoundByScrub] + s.Counts.DamageRepaired[FoundByRead]
 	s.LogStart, s.LogEnd = l.StartOffset(), l.NextOffset()
 	if !s.IsLeader {
 		return s

@@ -36,7 +36,17 @@ var (
 // With Config.Segments, the snapshot is at the applied index and names this broker as the
 // source of the segments below it (raftlog.SnapshotAt): the receiver fetches them (catchUp)
 // and holds the partition from this log's start on, as this replica does.
+//
+// raft does not say which follower the snapshot is for; snapGate replaces it, for a peer
+// that cannot fetch segments (a broker of the previous release), with snapshot(false).
 func (s *storage) Snapshot() (raftpb.Snapshot, error) {
+	return s.snapshot(s.p.cfg.Segments != nil)
+}
+
+// snapshot is Snapshot: with segments, at the applied index and naming this broker as the
+// source of the segments below it; without, the previous release's (raftlog's Snapshot: at
+// the log's first index, or the last membership change, data version 1).
+func (s *storage) snapshot(segments bool) (raftpb.Snapshot, error) {
 	if s.p.damagePending() {
 		// raft asks for one because a read met damage (Entries): the follower is to get the
 		// entries from the leader that takes over, not a snapshot that would empty its log.
@@ -47,7 +57,7 @@ func (s *storage) Snapshot() (raftpb.Snapshot, error) {
 		snap raftpb.Snapshot
 		err  error
 	)
-	if p.cfg.Segments != nil {
+	if segments {
 		p.mu.Lock()
 		applied := p.dd.index
 		p.mu.Unlock()
@@ -79,6 +89,7 @@ func (s *storage) Snapshot() (raftpb.Snapshot, error) {
 // when it applies them.
 func (s *storage) ApplySnapshot(snap raftpb.Snapshot) error {
 	p := s.p
+	p.ct.snapsReceived.Add(1)
 	index, logPart, table, err := loadState(snap.Data, p.tableConfig())
 	if err != nil {
 		return fmt.Errorf("partition: snapshot at %d: %w", snap.Metadata.Index, err)
@@ -115,6 +126,7 @@ func (s *storage) ApplySnapshot(snap raftpb.Snapshot) error {
 	p.mu.Lock()
 	p.dd.replace(table, index)
 	p.mu.Unlock()
+	p.ct.snapsApplied.Add(1)
 	p.logf("installed a snapshot at entry %d (offset %d; the log holds from %d): %d producer states as of entry %d",
 		snap.Metadata.Index, s.Log().NextOffset(), s.Log().StartOffset(), table.Len(), index)
 	return nil

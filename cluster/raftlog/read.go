@@ -216,16 +216,21 @@ func (s *Storage) headerAt(off int64) (wire.BatchHeader, string, int64, error) {
 		return wire.BatchHeader{}, "", 0, fmt.Errorf("raftlog: read %s at %d: %w", c.Path(), c.Pos, err)
 	}
 	h, err := wire.PeekBatchHeader(buf)
+	check := CheckBatch
 	bad := func(format string, args ...any) (wire.BatchHeader, string, int64, error) {
-		return h, "", 0, &CorruptEntryError{Index: h.RaftIndex, Offset: c.BaseOffset, Path: c.Path(), Reason: fmt.Sprintf(format, args...)}
+		return h, "", 0, &CorruptEntryError{Index: h.RaftIndex, Offset: c.BaseOffset, Path: c.Path(), Reason: fmt.Sprintf(format, args...), Check: check}
 	}
 	switch {
 	case err != nil:
 		return bad("%v", err)
 	case h.Magic != wire.BatchMagic2 || h.LeaderEpoch < 0:
+		if h.Magic == wire.BatchMagic2 {
+			check = CheckTerm
+		}
 		return bad("magic %d, leader epoch %d: no raft entry", h.Magic, h.LeaderEpoch)
 	}
 	if r := s.termProblem(h.RaftIndex, uint64(h.LeaderEpoch)); r != "" {
+		check = CheckTerm
 		return bad("%s", r)
 	}
 	return h, c.Path(), c.NextOffset, nil
@@ -289,7 +294,7 @@ func (s *Storage) locate(i uint64) (int64, uint64, error) {
 func (s *Storage) checkBefore(i uint64, b int64, path string) error {
 	if i == s.st.SnapIndex+1 {
 		if b != s.st.FirstOffset {
-			return &CorruptEntryError{Index: i, Offset: s.st.FirstOffset, Path: path,
+			return &CorruptEntryError{Index: i, Offset: s.st.FirstOffset, Path: path, Check: CheckRaftIndex,
 				Reason: fmt.Sprintf("the batch at offset %d says it is entry %d", b, i)}
 		}
 		return nil
@@ -302,7 +307,7 @@ func (s *Storage) checkBefore(i uint64, b int64, path string) error {
 		return err
 	}
 	if h.RaftIndex != i-1 || next != b {
-		return &CorruptEntryError{Index: h.RaftIndex + 1, Offset: b, Path: path,
+		return &CorruptEntryError{Index: h.RaftIndex + 1, Offset: b, Path: path, Check: CheckRaftIndex,
 			Reason: fmt.Sprintf("raft index %d, but the batch before it has raft index %d", i, h.RaftIndex)}
 	}
 	return nil
@@ -381,7 +386,7 @@ func (s *Storage) walkTail() error {
 				off = c.BaseOffset
 				c.Release()
 			}
-			return &CorruptEntryError{Index: h.RaftIndex, Offset: off, Path: path,
+			return &CorruptEntryError{Index: h.RaftIndex, Offset: off, Path: path, Check: CheckRaftIndex,
 				Reason: fmt.Sprintf("raft index %d, but entry %d is at offset %d", h.RaftIndex, s.st.SnapIndex+1, first)}
 		}
 		// The first entry walked takes its index from its header: the batch before it (the
@@ -417,22 +422,29 @@ func (s *Storage) walkTail() error {
 		}
 		for p := 0; p < len(s.rbuf); {
 			h, err := wire.PeekBatchHeader(s.rbuf[p:])
+			check := CheckBatch
 			bad := func(format string, args ...any) error {
-				return &CorruptEntryError{Index: idx, Offset: off, Path: path, Reason: fmt.Sprintf(format, args...)}
+				return &CorruptEntryError{Index: idx, Offset: off, Path: path, Reason: fmt.Sprintf(format, args...), Check: check}
 			}
 			switch {
 			case err != nil:
 				return bad("%v", err)
 			case h.Magic != wire.BatchMagic2 || h.LeaderEpoch < 0:
+				if h.Magic == wire.BatchMagic2 {
+					check = CheckTerm
+				}
 				return bad("magic %d, leader epoch %d: no raft entry", h.Magic, h.LeaderEpoch)
 			case h.BaseOffset != off:
 				return bad("base offset %d", h.BaseOffset)
 			case h.RaftIndex != idx:
+				check = CheckRaftIndex
 				return bad("raft index %d, want %d: the indexes are not consecutive", h.RaftIndex, idx)
 			case knownPrev && uint64(h.LeaderEpoch) < prevTerm:
+				check = CheckTerm
 				return bad("term %d after term %d: terms go down", h.LeaderEpoch, prevTerm)
 			}
 			if r := s.termProblem(idx, uint64(h.LeaderEpoch)); r != "" {
+				check = CheckTerm
 				return bad("%s", r)
 			}
 			if t := uint64(h.LeaderEpoch); s.rebuilding && (len(s.ep.list) == 0 || s.ep.list[len(s.ep.list)-1].term != t) {
@@ -540,7 +552,7 @@ func (s *Storage) checkTerm(e *raftpb.Entry, off int64, path string, ents []raft
 		r = fmt.Sprintf("term %d after term %d: terms go down", e.Term, ents[n-1].Term)
 	}
 	if r != "" {
-		return &CorruptEntryError{Index: e.Index, Offset: off, Path: path, Reason: r}
+		return &CorruptEntryError{Index: e.Index, Offset: off, Path: path, Reason: r, Check: CheckTerm}
 	}
 	return nil
 }

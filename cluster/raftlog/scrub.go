@@ -89,9 +89,9 @@ func (s *Storage) Scrub(maxBytes int) (ScrubResult, error) {
 		if err == nil {
 			switch r := s.termProblem(e.Index, e.Term); {
 			case r != "":
-				err = &CorruptEntryError{Index: e.Index, Offset: sc.off, Path: path, Reason: r}
+				err = &CorruptEntryError{Index: e.Index, Offset: sc.off, Path: path, Reason: r, Check: CheckTerm}
 			case e.Term < sc.prevTerm:
-				err = &CorruptEntryError{Index: e.Index, Offset: sc.off, Path: path,
+				err = &CorruptEntryError{Index: e.Index, Offset: sc.off, Path: path, Check: CheckTerm,
 					Reason: fmt.Sprintf("term %d after term %d: terms go down", e.Term, sc.prevTerm)}
 			}
 		}

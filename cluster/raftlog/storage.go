@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -97,6 +98,10 @@ type Storage struct {
 	// those entries' fields instead of writing them, since their bytes may be on their way to
 	// the followers. Cleared by Append and by whatever cuts or resets the log.
 	prepared uint64
+	// openFound counts the damaged batches Open found and cut, by the check they failed
+	// (written by Open only); entriesCut the entries damage cuts removed since (Damage).
+	openFound  [Checks]int64
+	entriesCut atomic.Int64
 }
 
 // Options configure a Storage. The zero value gives the defaults.
@@ -288,6 +293,7 @@ func (s *Storage) recover() error {
 		}
 		// The CRC does not cover a batch's term and index: the log's own recovery kept it.
 		s.opts.Log.Logf("raftlog %s: %v: cutting the log there; the other replicas bring the rest back", s.dir, ce)
+		s.openFound[ce.Check]++
 		held = max(held, s.lastHeld(ce))
 		if err := s.l.TruncateFrom(ce.Offset); err != nil {
 			return err
@@ -296,6 +302,10 @@ func (s *Storage) recover() error {
 	if t := s.l.DamagedTail(); t != nil {
 		// The log's Open cut a damaged batch (its CRC) and the valid ones after it.
 		held = max(held, logLast+countBatches(t))
+		s.openFound[CheckBatch]++
+	}
+	if held > s.last {
+		s.entriesCut.Add(int64(held - s.last))
 	}
 	if s.ep.dropFrom(s.last+1) || s.rebuilding {
 		// Epochs past the log's end: a crash after an epoch was saved and before its entry
@@ -381,7 +391,7 @@ func (s *Storage) walk() error {
 		return err
 	}
 	if h.BaseOffset != st.FirstOffset || h.RaftIndex != st.SnapIndex+1 {
-		return &CorruptEntryError{Index: st.SnapIndex + 1, Offset: st.FirstOffset, Path: path,
+		return &CorruptEntryError{Index: st.SnapIndex + 1, Offset: st.FirstOffset, Path: path, Check: CheckRaftIndex,
 			Reason: fmt.Sprintf("base offset %d, raft index %d: not the entry after the snapshot at %d", h.BaseOffset, h.RaftIndex, st.SnapIndex)}
 	}
 	return s.walkTail()
@@ -419,6 +429,36 @@ type CorruptEntryError struct {
 	Offset int64
 	Path   string
 	Reason string
+	Check  Check // the check the batch failed
+}
+
+// Check names the check a damaged batch failed (CorruptEntryError.Check), for the counts
+// an operator sees: the batch's own CRC protects all but its term and raft index, which
+// raftlog checks against the log (epochs.go).
+type Check uint8
+
+const (
+	// CheckBatch: the batch itself (its CRC, framing, format, base offset, a control
+	// batch's content).
+	CheckBatch Check = iota
+	// CheckRaftIndex: its raft index is not the entry before's + 1 (or the batch after
+	// the snapshot is not the entry after it).
+	CheckRaftIndex
+	// CheckTerm: its term (the leader epoch field) is not the one the leader epochs file
+	// gives its index, or goes down.
+	CheckTerm
+	// Checks is the number of checks.
+	Checks
+)
+
+func (c Check) String() string {
+	switch c {
+	case CheckRaftIndex:
+		return "raft_index"
+	case CheckTerm:
+		return "leader_epoch"
+	}
+	return "batch"
 }
 
 func (e *CorruptEntryError) Error() string {
@@ -445,6 +485,7 @@ func (s *Storage) CutDamaged(ce *CorruptEntryError) error {
 	if err := s.truncateAt(i, ce.Offset); err != nil {
 		return err
 	}
+	s.entriesCut.Add(int64(held - s.last))
 	s.lostCommit = max(s.lostCommit, held)
 	if s.ep.dropFrom(i) {
 		if err := s.ep.save(); err != nil {
@@ -456,6 +497,24 @@ func (s *Storage) CutDamaged(ce *CorruptEntryError) error {
 		hs.Commit = s.last
 	}
 	return nil
+}
+
+// DamageStats are the damage cuts of a Storage since Open.
+type DamageStats struct {
+	// AtOpen counts the damaged batches Open found and cut, by the check they failed
+	// (Check): the active segment's walk (raft index, term) and the log's own recovery,
+	// which cuts a batch failing its CRC (with the batches after it).
+	AtOpen [Checks]int64
+	// EntriesCut counts the raft entries the cuts removed (at Open, and CutDamaged): the
+	// entries from the damaged one to the log's end, which the replica's peers bring back.
+	// Where Open cannot read what it cut, the most it could hold.
+	EntriesCut int64
+}
+
+// Damage reports the damage cuts since Open. Safe for concurrent use; no lock (what Open
+// wrote is read only after).
+func (s *Storage) Damage() DamageStats {
+	return DamageStats{AtOpen: s.openFound, EntriesCut: s.entriesCut.Load()}
 }
 
 // LostCommit is the commit index this replica had recorded before Open found its log ending
@@ -676,8 +735,9 @@ func (s *Storage) fail(err error) error {
 // segment for errors.
 func decodeEntry(b []byte, index uint64, off int64, maxBatch int, path string) (raftpb.Entry, int64, error) {
 	bt, err := wire.ParseBatch(b, maxBatch)
+	check := CheckBatch
 	bad := func(format string, args ...any) (raftpb.Entry, int64, error) {
-		return raftpb.Entry{}, 0, &CorruptEntryError{Index: index, Offset: off, Path: path, Reason: fmt.Sprintf(format, args...)}
+		return raftpb.Entry{}, 0, &CorruptEntryError{Index: index, Offset: off, Path: path, Reason: fmt.Sprintf(format, args...), Check: check}
 	}
 	switch {
 	case err != nil:
@@ -687,8 +747,10 @@ func decodeEntry(b []byte, index uint64, off int64, maxBatch int, path string) (
 	case bt.BaseOffset != off:
 		return bad("base offset %d", bt.BaseOffset)
 	case bt.RaftIndex != index:
+		check = CheckRaftIndex
 		return bad("raft index %d: the indexes are not consecutive", bt.RaftIndex)
 	case bt.LeaderEpoch < 0:
+		check = CheckTerm
 		return bad("leader epoch %d is no term", bt.LeaderEpoch)
 	}
 	e := raftpb.Entry{Term: uint64(bt.LeaderEpoch), Index: index, Type: raftpb.EntryNormal, Data: b}

@@ -7,6 +7,10 @@
 // mutual challenge-response over the cluster secret (HMAC-SHA256 of both nonces and both node
 // ids), so a process without the secret can neither send messages nor pass for a broker. TLS
 // for this port is left to the TLS work of the client listener; the secret is never sent.
+// Once authenticated, the listener of a message stream sends its features (handshake.go) on
+// the direction the stream does not otherwise use; the dialer records them per peer for that
+// connection (PeerFeatures), so that a leader sends a peer only what its release takes
+// (Envelope.Needs). A broker of the previous release sends none and reads none.
 //
 // After the handshake the dialer writes frames, each a batch of envelopes (a Raft group id and
 // one raftpb.Message). One writer goroutine per peer drains that peer's bounded queue into one
@@ -35,7 +39,7 @@
 // queue and what was sent and dropped: counted with atomics once per frame written or message
 // dropped, so a metrics scrape reads them at no cost to the senders.
 //
-// Concurrency: Send, SetPeer, RemovePeer, PeerStats, FetchSegments and Close are safe from any goroutine. The handler
+// Concurrency: Send, SetPeer, RemovePeer, PeerStats, PeerFeatures, FetchSegments and Close are safe from any goroutine. The handler
 // runs on the receiving connection's goroutine, one call per frame, in frame order per peer; a
 // slow handler slows only that peer's stream.
 package transport

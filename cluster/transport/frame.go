@@ -46,6 +46,10 @@ func checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 type Envelope struct {
 	Group uint64
 	Msg   raftpb.Message
+	// Needs are features (Feature* bits) the peer's connection must have announced when the
+	// message is written, else the message is dropped as undeliverable (the sender checked
+	// PeerFeatures when it made the message, and the connection changed since). Not sent.
+	Needs uint64
 }
 
 // envelopeSize is the encoded size of e.

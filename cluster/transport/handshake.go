@@ -22,6 +22,19 @@ import (
 // sides) gets in, and the secret itself never crosses the wire. status is statusOK, or
 // statusWrongNode when "to" is not the listener's id (a stale address book: the dialer logs it
 // and retries later); the MACs are still sent so the dialer can trust that answer.
+//
+// Features (message streams only), after the proof, on the direction the message stream
+// does not otherwise use:
+//
+//	L -> D  features: magic "LQFT" | features u64 | macF [32]
+//
+// macF = HMAC-SHA256(secret, "lightq cluster features" | from | to | nonceD | nonceL |
+// features): the listener's features (Feature* bits), for the dialer to record as the peer's
+// for the life of this connection. A broker of the previous release never sends it and never
+// reads it (its dialer does not read its message streams), so neither side of a rolling
+// upgrade has to know the other's release: a dialer that has not received it (yet) treats
+// the peer as having no features, which is the previous release's behaviour. Unknown bits
+// are kept and ignored. The hello and answer are unchanged, so the handshake version stays 1.
 const (
 	handshakeMagic   = "LQRC"
 	handshakeVersion = 1
@@ -32,6 +45,21 @@ const (
 
 	statusOK        = 0
 	statusWrongNode = 1
+
+	featuresMagic = "LQFT"
+	featuresSize  = 4 + 8 + macSize
+	roleFeatures  = "lightq cluster features"
+)
+
+// Features a broker announces on its message streams' handshakes (a bit set).
+const (
+	// FeatureSegmentCatchUp: the broker installs snapshots of snapshot data version 2
+	// (cluster/raftlog, snapdata.go) and fetches their segments over the segment stream
+	// (segments.go). A leader sends such a snapshot only to a peer that announced it.
+	FeatureSegmentCatchUp uint64 = 1 << 0
+
+	// Features is what this release announces.
+	Features = FeatureSegmentCatchUp
 )
 
 var (
@@ -93,72 +121,120 @@ const (
 	roleDialer   = "lightq cluster dialer"
 )
 
+// session is one handshake's identity: the hello (ids and the dialer's nonce) and the
+// listener's nonce, which the features MAC covers.
+type session struct {
+	h      hello
+	nonceL [nonceSize]byte
+}
+
 // dialHandshake runs the dialer's side of a message stream on rw.
-func dialHandshake(rw io.ReadWriter, secret []byte, from, to uint64) error {
+func dialHandshake(rw io.ReadWriter, secret []byte, from, to uint64) (session, error) {
 	return dialHandshakeKind(rw, secret, from, to, handshakeMagic)
 }
 
 // dialHandshakeKind runs the dialer's side on rw for a stream of the kind magic names.
-func dialHandshakeKind(rw io.ReadWriter, secret []byte, from, to uint64, magic string) error {
-	h := hello{magic: magic, from: from, to: to}
+func dialHandshakeKind(rw io.ReadWriter, secret []byte, from, to uint64, magic string) (session, error) {
+	ss := session{h: hello{magic: magic, from: from, to: to}}
+	h := &ss.h
 	if _, err := rand.Read(h.nonce[:]); err != nil {
-		return err
+		return ss, err
 	}
 	if _, err := rw.Write(h.append(nil)); err != nil {
-		return fmt.Errorf("send hello: %w", err)
+		return ss, fmt.Errorf("send hello: %w", err)
 	}
 	var ans [answerSize]byte
 	if _, err := io.ReadFull(rw, ans[:]); err != nil {
-		return fmt.Errorf("%w: no answer to hello: %v", ErrAuth, err)
+		return ss, fmt.Errorf("%w: no answer to hello: %v", ErrAuth, err)
 	}
 	nonceL := ans[1 : 1+nonceSize]
-	if !hmac.Equal(ans[1+nonceSize:], handshakeMAC(secret, roleListener, &h, nonceL)) {
-		return fmt.Errorf("%w: the peer does not know the cluster secret", ErrAuth)
+	copy(ss.nonceL[:], nonceL)
+	if !hmac.Equal(ans[1+nonceSize:], handshakeMAC(secret, roleListener, h, nonceL)) {
+		return ss, fmt.Errorf("%w: the peer does not know the cluster secret", ErrAuth)
 	}
 	switch ans[0] {
 	case statusOK:
 	case statusWrongNode:
-		return fmt.Errorf("%w: dialled node %d", ErrWrongNode, to)
+		return ss, fmt.Errorf("%w: dialled node %d", ErrWrongNode, to)
 	default:
-		return fmt.Errorf("%w: unknown status %d", ErrAuth, ans[0])
+		return ss, fmt.Errorf("%w: unknown status %d", ErrAuth, ans[0])
 	}
-	if _, err := rw.Write(handshakeMAC(secret, roleDialer, &h, nonceL)); err != nil {
-		return fmt.Errorf("send proof: %w", err)
+	if _, err := rw.Write(handshakeMAC(secret, roleDialer, h, nonceL)); err != nil {
+		return ss, fmt.Errorf("send proof: %w", err)
 	}
-	return nil
+	return ss, nil
 }
 
-// acceptHandshake runs the listener's side on rw and returns the dialer's node id and the
-// kind of stream it opens (handshakeMagic or segMagic).
-func acceptHandshake(rw io.ReadWriter, secret []byte, self uint64) (uint64, string, error) {
+func featuresMAC(secret []byte, ss *session, features uint64) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(roleFeatures))
+	var b [24]byte
+	binary.BigEndian.PutUint64(b[:], ss.h.from)
+	binary.BigEndian.PutUint64(b[8:], ss.h.to)
+	binary.BigEndian.PutUint64(b[16:], features)
+	m.Write(b[:16])
+	m.Write(ss.h.nonce[:])
+	m.Write(ss.nonceL[:])
+	m.Write(b[16:])
+	return m.Sum(nil)
+}
+
+// appendFeatures appends the listener's features message of session ss.
+func appendFeatures(dst, secret []byte, ss *session, features uint64) []byte {
+	dst = append(dst, featuresMagic...)
+	dst = binary.BigEndian.AppendUint64(dst, features)
+	return append(dst, featuresMAC(secret, ss, features)...)
+}
+
+// parseFeatures checks and decodes a features message of session ss (the dialer's side).
+func parseFeatures(b, secret []byte, ss *session) (uint64, error) {
+	switch {
+	case len(b) != featuresSize:
+		return 0, fmt.Errorf("%w: features message of %d bytes", ErrAuth, len(b))
+	case string(b[:4]) != featuresMagic:
+		return 0, fmt.Errorf("%w: features message magic %q", ErrAuth, b[:4])
+	}
+	f := binary.BigEndian.Uint64(b[4:])
+	if !hmac.Equal(b[12:], featuresMAC(secret, ss, f)) {
+		return 0, fmt.Errorf("%w: features message MAC", ErrAuth)
+	}
+	return f, nil
+}
+
+// acceptHandshake runs the listener's side on rw and returns the session: the dialer's node
+// id (h.from) and the kind of stream it opens (h.magic: handshakeMagic or segMagic).
+func acceptHandshake(rw io.ReadWriter, secret []byte, self uint64) (session, error) {
+	var ss session
 	var b [helloSize]byte
 	if _, err := io.ReadFull(rw, b[:]); err != nil {
-		return 0, "", fmt.Errorf("%w: read hello: %v", ErrAuth, err)
+		return ss, fmt.Errorf("%w: read hello: %v", ErrAuth, err)
 	}
 	h, err := parseHello(b[:])
 	if err != nil {
-		return 0, "", err
+		return ss, err
 	}
+	ss.h = h
 	var ans [answerSize]byte
 	if h.to != self {
 		ans[0] = statusWrongNode
 	}
 	if _, err := rand.Read(ans[1 : 1+nonceSize]); err != nil {
-		return 0, "", err
+		return ss, err
 	}
+	copy(ss.nonceL[:], ans[1:1+nonceSize])
 	copy(ans[1+nonceSize:], handshakeMAC(secret, roleListener, &h, ans[1:1+nonceSize]))
 	if _, err := rw.Write(ans[:]); err != nil {
-		return 0, "", fmt.Errorf("send answer: %w", err)
+		return ss, fmt.Errorf("send answer: %w", err)
 	}
 	if h.to != self {
-		return 0, "", fmt.Errorf("%w: node %d dialled %d, this is %d", ErrWrongNode, h.from, h.to, self)
+		return ss, fmt.Errorf("%w: node %d dialled %d, this is %d", ErrWrongNode, h.from, h.to, self)
 	}
 	var proof [macSize]byte
 	if _, err := io.ReadFull(rw, proof[:]); err != nil {
-		return 0, "", fmt.Errorf("%w: read proof from node %d: %v", ErrAuth, h.from, err)
+		return ss, fmt.Errorf("%w: read proof from node %d: %v", ErrAuth, h.from, err)
 	}
 	if !hmac.Equal(proof[:], handshakeMAC(secret, roleDialer, &h, ans[1:1+nonceSize])) {
-		return 0, "", fmt.Errorf("%w: node %d does not know the cluster secret", ErrAuth, h.from)
+		return ss, fmt.Errorf("%w: node %d does not know the cluster secret", ErrAuth, h.from)
 	}
-	return h.from, h.magic, nil
+	return ss, nil
 }

@@ -2,8 +2,10 @@ package transport
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +25,11 @@ type peer struct {
 
 	mu   sync.Mutex // guards conn, for stop to close it under a blocked write
 	conn net.Conn
+	// features are what the listener at the other end of conn announced (handshake.go), 0
+	// while it has not (a broker of the previous release never does) and without a
+	// connection. Stored by conn's features reader under mu (only while conn is still the
+	// peer's), reset by closeConn and dial; read by anyone (PeerFeatures) and by run.
+	features atomic.Uint64
 }
 
 func newPeer(t *Transport, node uint64, addr string, c *peerCounters) *peer {
@@ -104,6 +111,10 @@ func (p *peer) run() {
 			clear(batch)
 			continue
 		}
+		batch = p.withFeatures(batch)
+		if len(batch) == 0 {
+			continue
+		}
 		if err := frame.build(batch); err != nil {
 			p.t.cfg.Logf("cluster: node %d: %v", p.node, err)
 			p.counters.dropped.Add(uint64(len(batch)))
@@ -147,7 +158,8 @@ func (p *peer) dial() (net.Conn, error) {
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(p.t.cfg.DialTimeout)) // a failure shows in the handshake
-	if err := dialHandshake(c, p.t.cfg.Secret, p.t.cfg.NodeID, p.node); err != nil {
+	ss, err := dialHandshake(c, p.t.cfg.Secret, p.t.cfg.NodeID, p.node)
+	if err != nil {
 		_ = c.Close() // refused; the error says why
 		return nil, err
 	}
@@ -161,7 +173,59 @@ func (p *peer) dial() (net.Conn, error) {
 	default:
 	}
 	p.conn = c
+	p.features.Store(0)
+	p.t.wg.Add(1)
+	go p.readFeatures(c, ss)
 	return c, nil
+}
+
+// readFeatures reads the listener's features message on c (handshake.go) and records it
+// while c is the peer's connection, then reads c until it closes (nothing else comes). A
+// listener of the previous release sends nothing: it waits until c closes, and the peer
+// keeps no features. One per connection; c's close (closeConn, stop) ends it.
+func (p *peer) readFeatures(c net.Conn, ss session) {
+	defer p.t.wg.Done()
+	var b [featuresSize]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return // closed, or a listener of the previous release that closed it
+	}
+	f, err := parseFeatures(b[:], p.t.cfg.Secret, &ss)
+	if err != nil {
+		p.t.cfg.Logf("cluster: node %d at %s: %v", p.node, p.addr, err)
+		_ = c.Close() // the writer redials
+		return
+	}
+	p.mu.Lock()
+	if p.conn == c {
+		p.features.Store(f)
+	}
+	p.mu.Unlock()
+	_, _ = io.Copy(io.Discard, c) // until it closes
+}
+
+// withFeatures drops from batch (in place) the messages whose Needs the connection's
+// features lack, counting them dropped and telling Unreachable: a message prepared for a
+// peer that announced a feature is not written to a connection to one that did not (a
+// broker restarted on the previous release since).
+func (p *peer) withFeatures(batch []Envelope) []Envelope {
+	f := p.features.Load()
+	n := 0
+	var missing uint64
+	for i := range batch {
+		if m := batch[i].Needs &^ f; m != 0 {
+			missing |= m
+			continue
+		}
+		batch[n] = batch[i]
+		n++
+	}
+	if n < len(batch) {
+		p.t.cfg.Logf("cluster: node %d: %d messages dropped: they need features %#x the connection lacks", p.node, len(batch)-n, missing)
+		p.counters.dropped.Add(uint64(len(batch) - n))
+		p.t.cfg.Unreachable(p.node)
+		clear(batch[n:])
+	}
+	return batch[:n]
 }
 
 func (p *peer) closeConn() {
@@ -171,4 +235,5 @@ func (p *peer) closeConn() {
 		_ = p.conn.Close() // done with it
 		p.conn = nil
 	}
+	p.features.Store(0)
 }

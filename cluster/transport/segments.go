@@ -80,6 +80,14 @@ type SegmentSource interface {
 	StartOffset() int64
 }
 
+// SentCounter, when a SegmentSource implements it, is told of every data frame a segment
+// stream sent from it: n bytes, first when the frame is the stream's first of its segment
+// file (so a stream counts each segment it carried bytes of once). Called on the stream's
+// goroutine; it must not block.
+type SentCounter interface {
+	SegmentSent(n int64, first bool)
+}
+
 // segRequest is a decoded request.
 type segRequest struct {
 	group     uint64
@@ -198,6 +206,8 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 		}
 	}
 	cut, stall := t.cfg.Faults.segmentCut()
+	counter, _ := src.(SentCounter)
+	lastBase := int64(-1)
 	var sent int64
 	var buf []byte
 	for off < req.to {
@@ -241,6 +251,10 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 				t.cfg.Logf("segment stream to node %d: %v", from, err)
 				return
 			}
+			if counter != nil {
+				counter.SegmentSent(n, ch.SegmentBase() != lastBase)
+			}
+			lastBase = ch.SegmentBase()
 			sent += n
 			pos += n
 		}
@@ -303,7 +317,7 @@ func (t *Transport) FetchSegments(ctx context.Context, node, group uint64, from,
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() }) // unblocks the reads
 	defer stop()
 	_ = c.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
-	if err := dialHandshakeKind(c, t.cfg.Secret, t.cfg.NodeID, node, segMagic); err != nil {
+	if _, err := dialHandshakeKind(c, t.cfg.Secret, t.cfg.NodeID, node, segMagic); err != nil {
 		return 0, fmt.Errorf("segment stream to node %d: %w", node, err)
 	}
 	if _, err := c.Write(appendSegRequest(nil, segRequest{group: group, from: from, to: to, roundDown: roundDown})); err != nil {

@@ -26,6 +26,10 @@ type PeerStats struct {
 	Dropped uint64
 	// DialFailures counts dials (with their handshake) that failed.
 	DialFailures uint64
+	// Features are what the peer announced on the current connection (Feature* bits): 0
+	// without a connection, before the announcement arrives, and for a broker of the
+	// previous release.
+	Features uint64
 }
 
 // peerCounters are one peer's counters. Atomics: enqueue adds from any goroutine, the
@@ -45,10 +49,24 @@ func (t *Transport) PeerStats() []PeerStats {
 		out = append(out, PeerStats{
 			Node: id, Addr: p.addr, Connected: p.current() != nil, Queued: len(p.queue),
 			Sent: c.sent.Load(), SentBytes: c.sentBytes.Load(), Dropped: c.dropped.Load(),
-			DialFailures: c.dialFailures.Load(),
+			DialFailures: c.dialFailures.Load(), Features: p.features.Load(),
 		})
 	}
 	t.mu.Unlock()
 	slices.SortFunc(out, func(a, b PeerStats) int { return cmp.Compare(a.Node, b.Node) })
 	return out
+}
+
+// PeerFeatures are the features node announced on this broker's current connection to it
+// (see PeerStats.Features): a leader checks them before it sends a message only a peer with
+// a feature takes, and sets the message's Envelope.Needs. Safe for concurrent use; cheap
+// (the transport's mutex for a map lookup).
+func (t *Transport) PeerFeatures(node uint64) uint64 {
+	t.mu.Lock()
+	p := t.peers[node]
+	t.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	return p.features.Load()
 }

@@ -45,6 +45,10 @@ type Config struct {
 	Segments func(group uint64) SegmentSource
 	// Faults, if set, is consulted for every message sent (tests only).
 	Faults *Faults
+	// NoFeatures makes the listener send no features message after its handshakes, as a
+	// broker of the previous release (tests only: a fake old peer). Its dialers still read
+	// their peers' features.
+	NoFeatures bool
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -250,14 +254,23 @@ func (t *Transport) serveInbound(c net.Conn) {
 		_ = c.Close() // done with it either way
 	}()
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout)) // a failure shows on the next read
-	from, kind, err := acceptHandshake(c, t.cfg.Secret, t.cfg.NodeID)
+	ss, err := acceptHandshake(c, t.cfg.Secret, t.cfg.NodeID)
 	if err != nil {
 		t.cfg.Logf("cluster connection from %s refused: %v", c.RemoteAddr(), err)
 		return
 	}
-	if kind == segMagic {
+	from := ss.h.from
+	if ss.h.magic == segMagic {
 		t.serveSegments(c, from)
 		return
+	}
+	if !t.cfg.NoFeatures {
+		// On the direction the stream does not otherwise use (handshake.go); the deadline
+		// above still bounds it. A dialer of the previous release never reads it.
+		if _, err := c.Write(appendFeatures(nil, t.cfg.Secret, &ss, Features)); err != nil {
+			t.cfg.Logf("cluster connection from node %d: send features: %v", from, err)
+			return
+		}
 	}
 	_ = c.SetDeadline(time.Time{}) // raft heartbeats keep a live stream busy
 	r := bufio.NewReaderSize(c, 64<<10)

@@ -224,14 +224,14 @@ func TestHandshakeCases(t *testing.T) {
 			done := make(chan error, 1)
 			var from uint64
 			go func() {
-				var err error
-				from, _, err = acceptHandshake(b, testSecret, 1)
+				ss, err := acceptHandshake(b, testSecret, 1)
+				from = ss.h.from
 				if err != nil {
 					_ = b.Close() // the dialer's pending read ends
 				}
 				done <- err
 			}()
-			dialErr := dialHandshake(a, tc.dialSecret, 5, tc.to)
+			_, dialErr := dialHandshake(a, tc.dialSecret, 5, tc.to)
 			if tc.dialErr == nil && dialErr != nil || tc.dialErr != nil && !errors.Is(dialErr, tc.dialErr) {
 				t.Fatalf("dialer: %v, want %v", dialErr, tc.dialErr)
 			}
