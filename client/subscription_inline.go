@@ -29,9 +29,11 @@ func (s *Subscription) runLent(q queuedBatch) {
 	giveBack := false
 	var herr error
 	if bad := s.open(q); bad != nil {
-		// Let Each's goroutine skip it (and report it) as usual.
+		// Let Each's goroutine skip it (and report it) as usual, unless Close came first.
 		s.mu.Lock()
-		s.queue = append(s.queue, q)
+		if s.err == nil {
+			s.queue = append(s.queue, q)
+		}
 		s.mu.Unlock()
 		giveBack = true
 	} else if herr = s.records(fn); herr != nil || s.it.Err() != nil {
