@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -104,6 +105,36 @@ func TestClusterTransientTopicClient(t *testing.T) {
 		t.Fatalf("subscribe to partition 1 through broker %d: %v", away+1, err)
 	}
 	defer one.Close()
+	// Each with InlineHandler on a subscription of several legs: a reader per connection,
+	// and only one of them may run the handler at a time (-race checks it).
+	inl, err := conns[0].Subscribe(reqCtx(t), client.SubscribeOptions{Topic: topic, Window: 256 << 10, InlineHandler: true})
+	if err != nil {
+		t.Fatalf("subscribe to every partition through broker 1, inline: %v", err)
+	}
+	defer inl.Close()
+	// Each waits before anything is produced, so the batches find the handler lent.
+	type seen struct {
+		i         int
+		partition int32
+		offset    int64
+	}
+	var inlineGot []seen // the handler's; read after inlineDone
+	inlineDone := make(chan error, 1)
+	errAll := errors.New("all received")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		inlineDone <- inl.Each(ctx, func(r *client.Received) error {
+			i, err := strconv.Atoi(string(r.Value))
+			if err != nil || i < 0 || i >= n {
+				return fmt.Errorf("message %q", r.Value)
+			}
+			if inlineGot = append(inlineGot, seen{i, r.Partition, r.Offset}); len(inlineGot) == n {
+				return errAll
+			}
+			return nil
+		})
+	}()
 
 	p, err := conns[1].NewProducer(client.ProducerOptions{Topic: topic, BatchBytes: 4 << 10})
 	if err != nil {
@@ -177,4 +208,18 @@ func TestClusterTransientTopicClient(t *testing.T) {
 	}
 	check("every partition at broker 3", all, n)
 	check("partition 1 through another broker", one, perPart[1])
+
+	if err := <-inlineDone; !errors.Is(err, errAll) {
+		t.Fatalf("inline Each over every partition: %d of %d messages: %v", len(inlineGot), n, err)
+	}
+	last := map[int32]int{}
+	for _, g := range inlineGot {
+		if a := acks[g.i]; a.Partition != g.partition || a.Offset != g.offset {
+			t.Fatalf("inline: message %d at %d/%d, acked at %d/%d", g.i, g.partition, g.offset, a.Partition, a.Offset)
+		}
+		if prev, ok := last[g.partition]; ok && g.i <= prev {
+			t.Fatalf("inline: partition %d delivered message %d after %d", g.partition, g.i, prev)
+		}
+		last[g.partition] = g.i
+	}
 }

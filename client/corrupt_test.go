@@ -545,25 +545,11 @@ func TestSubscriptionCorruptBatch(t *testing.T) {
 	c := dial(t, fb)
 	all := []string{"a0", "a1", "count-1", "count-2", "b0", "c0"}
 
-	t.Run("Each", func(t *testing.T) {
-		s := itSubscribe(t, c, client.SubscribeOptions{Topic: "tr"})
-		var values []string
-		var errs []string
-		for len(values) < len(all) {
-			err := collectInto(itCtx(t), s, &values, len(all))
-			var bad *client.CorruptBatchError
-			if errors.As(err, &bad) {
-				errs = append(errs, fmt.Sprintf("%d-%d", bad.FirstOffset, bad.LastOffset))
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		if !slices.Equal(values, all) || !slices.Equal(errs, []string{"4-4", "6-7"}) {
-			t.Fatalf("got %q, errors %v", values, errs)
-		}
-	})
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Each/inline=%v", inline), func(t *testing.T) {
+			testCorruptEach(t, c, all, client.SubscribeOptions{Topic: "tr", InlineHandler: inline})
+		})
+	}
 	t.Run("OnCorruptBatch", func(t *testing.T) {
 		var rec skipRecorder
 		s := itSubscribe(t, c, client.SubscribeOptions{Topic: "tr", OnCorruptBatch: rec.skip})
@@ -586,6 +572,27 @@ func TestSubscriptionCorruptBatch(t *testing.T) {
 			t.Fatalf("got %q, Err %v", values, s.Err())
 		}
 	})
+}
+
+// testCorruptEach: Each returns each corrupt batch's error and goes on after it.
+func testCorruptEach(t *testing.T, c *client.Conn, all []string, opts client.SubscribeOptions) {
+	s := itSubscribe(t, c, opts)
+	var values []string
+	var errs []string
+	for len(values) < len(all) {
+		err := collectInto(itCtx(t), s, &values, len(all))
+		var bad *client.CorruptBatchError
+		if errors.As(err, &bad) {
+			errs = append(errs, fmt.Sprintf("%d-%d", bad.FirstOffset, bad.LastOffset))
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(values, all) || !slices.Equal(errs, []string{"4-4", "6-7"}) {
+		t.Fatalf("got %q, errors %v", values, errs)
+	}
 }
 
 // collectInto consumes s, appending values, until *values holds n or Each fails.

@@ -118,7 +118,9 @@
 // A Subscription is consumed by one goroutine at a time (Each or Messages). Producer
 // callbacks run one at a time on a producer goroutine, in send order. Nothing the client
 // calls back runs on the connection's reader goroutine, so callbacks and handlers may issue
-// requests on the same Conn.
+// requests on the same Conn; the one exception is a Subscription's handler with
+// SubscribeOptions.InlineHandler, which the reader runs while Each waits, and which must
+// therefore neither block nor wait for an answer on its connection.
 //
 // A Consumer is consumed by one goroutine at a time too, with Each or Messages, not both;
 // its handler runs on the goroutine that called Each. Commit, CommitOffsets, Position,

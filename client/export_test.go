@@ -24,3 +24,6 @@ func DialOver(ctx context.Context, nc net.Conn, opts Options) (*Conn, error) {
 func DialFunc(ctx context.Context, open func(context.Context) (net.Conn, error), opts Options) (*Conn, error) {
 	return dial(ctx, opts, []string{""}, open)
 }
+
+// InlineBatches is how many batches s's reader handed to a lent handler (InlineHandler).
+func InlineBatches(s *Subscription) uint64 { return s.inlineN.Load() }

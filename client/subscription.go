@@ -40,6 +40,16 @@ type SubscribeOptions struct {
 	// default): Each returns the *CorruptBatchError, and the next Each goes on after the
 	// batch; Messages ends, and Err returns the error.
 	OnCorruptBatch func(*CorruptBatchError) error
+	// InlineHandler lets Each run its handler on the connection's reader goroutine while
+	// Each waits for a batch, instead of handing every batch to the goroutine that called
+	// Each: one goroutine hand-off (often a thread wake-up) less between the socket and the
+	// handler, for latency-sensitive consumers. The handler must then return quickly and
+	// must not wait for anything the connection delivers: while it runs, nothing else on
+	// the connection is read (answers to requests, the other subscriptions' batches), so a
+	// request made from it on the same Conn waits until its timeout, and Close called from
+	// it returns without waiting for the broker's answer. Messages ignores the option.
+	// Batches that do not decode are left to the goroutine in Each, as without the option.
+	InlineHandler bool
 }
 
 // Received is one delivered message. In Each it aliases the subscription's buffers and is
@@ -94,6 +104,7 @@ type Subscription struct {
 	maxBatch   int
 	buffer     int
 	onCorrupt  func(*CorruptBatchError) error
+	inline     bool // SubscribeOptions.InlineHandler
 	dropped    atomic.Uint64
 
 	mu     sync.Mutex
@@ -101,8 +112,16 @@ type Subscription struct {
 	head   int
 	free   [][]byte
 	err    error         // terminal; the queue is still drained after a connection loss
-	signal chan struct{} // cap 1: a batch was queued
+	signal chan struct{} // cap 1: a batch was queued, or the reader gave a lent handler back
 	done   chan struct{} // closed with err
+	// The handler Each lends the reader while it waits (InlineHandler, subscription_inline.go).
+	// While lent or busy, the reader owns the consumer state below (Each is parked in pop).
+	lentFn    func(*Received) error
+	lent      bool          // the reader may run lentFn on the next batch
+	busy      bool          // the reader is running lentFn: Each waits on idle before it goes on
+	idle      chan struct{} // cap 1: busy went false
+	inlineErr error         // lentFn's error, which Each returns
+	inlineN   atomic.Uint64 // batches the reader handled (tests)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -208,7 +227,7 @@ func (c *Conn) Subscribe(ctx context.Context, opts SubscribeOptions) (*Subscript
 	}
 	s := &Subscription{
 		c: c, topic: opts.Topic, window: opts.Window, maxBatch: c.Limits().MaxBatch, buffer: opts.Buffer, onCorrupt: opts.OnCorruptBatch,
-		signal: make(chan struct{}, 1), done: make(chan struct{}),
+		inline: opts.InlineHandler, signal: make(chan struct{}, 1), done: make(chan struct{}), idle: make(chan struct{}, 1),
 	}
 	s.recv.Topic = opts.Topic
 	s.msgsCtx, s.msgsStop = context.WithCancel(context.Background())
@@ -319,12 +338,19 @@ func (s *Subscription) deliverOwned(body []byte) error {
 	if err := d.Decode(body); err != nil {
 		return fmt.Errorf("%w: DELIVER body: %w", ErrProtocol, err)
 	}
+	q := queuedBatch{buf: body, batch: d.Batch, partition: d.Partition, dropped: d.Dropped}
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
 		return nil
 	}
-	s.queue = append(s.queue, queuedBatch{buf: body, batch: d.Batch, partition: d.Partition, dropped: d.Dropped})
+	if s.lent && !s.busy && s.head == len(s.queue) {
+		// !busy: a subscription of several legs has a reader per connection, and only one
+		// may hold the consumer state.
+		s.runLent(q) // unlocks s.mu
+		return nil
+	}
+	s.queue = append(s.queue, q)
 	s.mu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -351,10 +377,21 @@ func (s *Subscription) fail(err error) {
 // oneWayError receives an ERROR answering one of this subscription's CREDIT frames.
 func (s *Subscription) oneWayError(err *wire.Error) { s.fail(err) }
 
-// pop waits for the next queued batch.
-func (s *Subscription) pop(ctx context.Context) (queuedBatch, error) {
+// pop waits for the next queued batch. With fn (InlineHandler), it lends fn to the reader
+// while it waits; it then returns an empty batch when the reader has left a batch current
+// (s.curActive) for Each to finish, or fn's error.
+func (s *Subscription) pop(ctx context.Context, fn func(*Received) error) (queuedBatch, error) {
 	for {
 		s.mu.Lock()
+		if err := s.inlineErr; err != nil {
+			s.inlineErr = nil
+			s.mu.Unlock()
+			return queuedBatch{}, err
+		}
+		if s.curActive {
+			s.mu.Unlock()
+			return queuedBatch{}, nil
+		}
 		if s.head < len(s.queue) {
 			q := s.queue[s.head]
 			s.queue[s.head] = queuedBatch{}
@@ -370,6 +407,10 @@ func (s *Subscription) pop(ctx context.Context) (queuedBatch, error) {
 			return q, nil
 		}
 		err := s.err
+		lend := err == nil && fn != nil
+		if lend {
+			s.lentFn, s.lent = fn, true
+		}
 		s.mu.Unlock()
 		if err != nil {
 			return queuedBatch{}, err
@@ -378,7 +419,12 @@ func (s *Subscription) pop(ctx context.Context) (queuedBatch, error) {
 		case <-s.signal:
 		case <-s.done:
 		case <-ctx.Done():
-			return queuedBatch{}, ctx.Err()
+		}
+		if lend {
+			s.reclaim()
+		}
+		if err := ctx.Err(); err != nil {
+			return queuedBatch{}, err
 		}
 	}
 }
@@ -458,18 +504,33 @@ func (s *Subscription) release(q queuedBatch) {
 // message. When handler returns an error, the next Each resumes after that message. A batch
 // that fails to decode is skipped and, unless SubscribeOptions.OnCorruptBatch says
 // otherwise, its *CorruptBatchError returned. The context is checked between batches.
+//
+// With SubscribeOptions.InlineHandler, handler runs on the connection's reader goroutine
+// whenever a batch arrives while Each waits (see there), and on the caller's otherwise.
 func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) error {
+	return s.each(ctx, s.inline, handler)
+}
+
+// each is Each, lending handler to the reader only when inline.
+func (s *Subscription) each(ctx context.Context, inline bool, handler func(*Received) error) error {
 	s.consumeMu.Lock()
 	defer s.consumeMu.Unlock()
 	for {
 		if !s.curActive {
-			q, err := s.pop(ctx)
+			var fn func(*Received) error
+			if inline {
+				fn = handler
+			}
+			q, err := s.pop(ctx, fn)
 			if err != nil {
 				if s.Err() != nil {
 					s.comp.Close()
 					s.comp = wire.Compressor{}
 				}
 				return err
+			}
+			if q.buf == nil {
+				continue // the reader left a batch current, or gave the handler back
 			}
 			if bad := s.open(q); bad != nil {
 				s.release(q)
@@ -479,20 +540,8 @@ func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) 
 				continue
 			}
 		}
-		r := &s.recv
-		for s.it.Next(&s.rec) {
-			s.itNext = s.rec.Offset + 1
-			r.Offset = s.rec.Offset
-			r.Timestamp = time.UnixMilli(s.rec.Timestamp)
-			r.Key, r.Value, r.Headers = s.rec.Key, s.rec.Value, s.rec.Headers
-			r.Dropped = 0
-			if s.first {
-				r.Dropped = s.cur.dropped
-				s.first = false
-			}
-			if err := handler(r); err != nil {
-				return err
-			}
+		if err := s.records(handler); err != nil {
+			return err
 		}
 		if err := s.it.Err(); err != nil {
 			bad := s.corruptBatch(s.cur, err)
@@ -510,6 +559,27 @@ func (s *Subscription) Each(ctx context.Context, handler func(*Received) error) 
 	}
 }
 
+// records calls handler for the current batch's records left, until it returns an error.
+// It runs on the goroutine that owns the consumer state: Each's, or the reader while lent.
+func (s *Subscription) records(handler func(*Received) error) error {
+	r := &s.recv
+	for s.it.Next(&s.rec) {
+		s.itNext = s.rec.Offset + 1
+		r.Offset = s.rec.Offset
+		r.Timestamp = time.UnixMilli(s.rec.Timestamp)
+		r.Key, r.Value, r.Headers = s.rec.Key, s.rec.Value, s.rec.Headers
+		r.Dropped = 0
+		if s.first {
+			r.Dropped = s.cur.dropped
+			s.first = false
+		}
+		if err := handler(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Messages returns a channel of copies of the subscription's messages, closed when the
 // subscription ends (see Err), or at a batch that cannot be decoded unless
 // SubscribeOptions.OnCorruptBatch skips it (Err then returns its *CorruptBatchError). It is the convenient API: every message costs allocations.
@@ -520,7 +590,7 @@ func (s *Subscription) Messages() <-chan Received {
 		go func() {
 			defer close(s.msgs)
 			ctx := s.msgsCtx
-			err := s.Each(ctx, func(r *Received) error {
+			err := s.each(ctx, false, func(r *Received) error {
 				select {
 				case s.msgs <- r.clone():
 					return nil
@@ -540,8 +610,22 @@ func (s *Subscription) Messages() <-chan Received {
 // ErrClosed. It is idempotent and safe from any goroutine, including a handler.
 func (s *Subscription) Close() error {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		onReader := s.busy // maybe called by the handler on a reader goroutine (InlineHandler)
+		s.mu.Unlock()
 		s.fail(ErrClosed)
 		s.msgsStop()
+		if onReader {
+			// An answer on the handler's connection could only be read by this very
+			// goroutine, after the handler returns: unsubscribe without waiting for it.
+			legs := s.legs
+			go func() {
+				for _, leg := range legs {
+					_ = s.c.unsubscribe(leg)
+				}
+			}()
+			return
+		}
 		for _, leg := range s.legs {
 			if err := s.c.unsubscribe(leg); err != nil && s.closeErr == nil {
 				s.closeErr = err
