@@ -32,14 +32,7 @@ func TestRestartGroupNoTwoHolders(t *testing.T) {
 	cfg := brokertest.Config(t)
 	cfg.DataDir = dir
 	cfg.Groups.MinSessionTimeout = 100 * time.Millisecond
-	srv1, err := broker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv1.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv1.Shutdown(context.Background()) })
+	srv1 := brokertest.StartWith(t, cfg)
 	admin, err := client.Dial(reqCtx(t), srv1.Addr(), client.Options{User: brokertest.AdminUser, Password: brokertest.AdminPassword})
 	if err != nil {
 		t.Fatal(err)
@@ -166,15 +159,7 @@ func TestRestartGroupSessionRecord(t *testing.T) {
 	start := func() *broker.Server {
 		t.Helper()
 		cfg.Addr = "127.0.0.1:0"
-		srv, err := broker.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-		return srv
+		return brokertest.StartWith(t, cfg)
 	}
 	recorded := func() string {
 		t.Helper()
