@@ -406,6 +406,8 @@ type gate struct {
 	onChunk func()
 	// refuse, if set, fails every segment fetch at once (as a refused dial would).
 	refuse bool
+	// lateFeatures, while above 0, makes PeerFeatures answer "not known yet" (counting down).
+	lateFeatures int
 }
 
 type heldMsg struct {
@@ -419,10 +421,15 @@ func (g *gate) setNext(s replica.Sender) {
 	g.mu.Unlock()
 }
 
-// PeerFeatures are the node's current transport's.
-func (g *gate) PeerFeatures(node uint64) uint64 {
+// PeerFeatures are the node's current transport's, after lateFeatures answers of "not known".
+func (g *gate) PeerFeatures(node uint64) (uint64, bool) {
 	g.mu.Lock()
 	next := g.next
+	if g.lateFeatures > 0 {
+		g.lateFeatures--
+		g.mu.Unlock()
+		return 0, false
+	}
 	g.mu.Unlock()
 	return next.(*transport.Transport).PeerFeatures(node)
 }

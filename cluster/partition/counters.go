@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -108,8 +109,12 @@ func (p *Partition) counts(cu CatchUpStats) Counts {
 
 // FeatureSource tells what a peer announced (*transport.Transport is one: PeerFeatures).
 type FeatureSource interface {
-	PeerFeatures(node uint64) uint64
+	PeerFeatures(node uint64) (features uint64, known bool)
 }
+
+// errFeaturesPending: a snapshot not sent because its receiver's features are not known
+// yet (no connection, or its announcement not arrived); raft sends it again later.
+var errFeaturesPending = errors.New("the peer's features are not known yet")
 
 // snapGate is the replica's Sender: the partition's Sender, with the snapshots raft sends
 // made for their receiver. raft asks the storage for a snapshot without saying for whom;
@@ -143,6 +148,10 @@ func (g *snapGate) sendSnapshots(node uint64, envs []transport.Envelope) bool {
 			continue
 		}
 		v, err := g.p.forPeer(node, &e)
+		if errors.Is(err, errFeaturesPending) {
+			ok = false // reported failed: raft probes the follower and sends another
+			continue
+		}
 		if err != nil {
 			g.p.logf("snapshot at entry %d for node %d: %v; not sent", e.Msg.Snapshot.Metadata.Index, node, err)
 			ok = false
@@ -171,7 +180,14 @@ func (p *Partition) forPeer(node uint64, e *transport.Envelope) (int, error) {
 	if d.Source == 0 {
 		return 1, nil // version 1 already (no Config.Segments)
 	}
-	if p.cfg.Segments.PeerFeatures(node)&transport.FeatureSegmentCatchUp != 0 {
+	// Not known: wait rather than send the previous release's snapshot to a peer that has
+	// only not announced its features yet (a restarted follower, on a new connection),
+	// whose log the version 1 snapshot would empty of what it could keep.
+	f, known := p.cfg.Segments.PeerFeatures(node)
+	if !known {
+		return 0, errFeaturesPending
+	}
+	if f&transport.FeatureSegmentCatchUp != 0 {
 		e.Needs |= transport.FeatureSegmentCatchUp
 		return 2, nil
 	}

@@ -10,7 +10,8 @@
 // Once authenticated, the listener of a message stream sends its features (handshake.go) on
 // the direction the stream does not otherwise use; the dialer records them per peer for that
 // connection (PeerFeatures), so that a leader sends a peer only what its release takes
-// (Envelope.Needs). A broker of the previous release sends none and reads none.
+// (Envelope.Needs). A broker of the previous release sends none and reads none; a dialer
+// takes the silence for that only after Config.FeaturesWait (until then: not known).
 //
 // After the handshake the dialer writes frames, each a batch of envelopes (a Raft group id and
 // one raftpb.Message). One writer goroutine per peer drains that peer's bounded queue into one

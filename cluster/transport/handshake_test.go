@@ -205,14 +205,15 @@ func TestPeerFeatures(t *testing.T) {
 	a.tr.SetPeer(2, b.tr.Addr().String())
 	a.tr.SetPeer(3, quiet.Addr().String())
 	a.tr.SetPeer(4, oldAddr)
-	if f := a.tr.PeerFeatures(2); f != 0 {
-		t.Fatalf("features %#x before any connection", f)
+	if f, known := a.tr.PeerFeatures(2); f != 0 || known {
+		t.Fatalf("features %#x (known %v) before any connection", f, known)
 	}
 
 	// A new peer: its features arrive just after the connection's handshake.
 	b.in.waitFor(t, "node 2's features", func() bool {
 		a.tr.Send(2, heartbeat(1, 1))
-		return a.tr.PeerFeatures(2) == Features
+		f, known := a.tr.PeerFeatures(2)
+		return f == Features && known
 	})
 	snap := Envelope{Group: 1, Msg: raftpb.Message{Type: raftpb.MsgSnap, Index: 77, Snapshot: &raftpb.Snapshot{Data: []byte("v2")}}, Needs: FeatureSegmentCatchUp}
 	a.tr.Send(2, snap)
@@ -224,7 +225,7 @@ func TestPeerFeatures(t *testing.T) {
 			a.tr.Send(node, heartbeat(1, 1)) // dials; a link that failed meanwhile is dialled again
 			return a.tr.PeerStats()[node-2].Connected
 		})
-		if f := a.tr.PeerFeatures(node); f != 0 {
+		if f, _ := a.tr.PeerFeatures(node); f != 0 {
 			t.Fatalf("node %d announced nothing, yet has features %#x", node, f)
 		}
 	}
@@ -254,8 +255,42 @@ func TestPeerFeatures(t *testing.T) {
 	defer b2.Close()
 	poll(t, "the closed connection's features to go", func() bool {
 		a.tr.Send(2, heartbeat(1, 1)) // the write that finds the connection closed
-		return a.tr.PeerFeatures(2) == 0 && a.tr.PeerStats()[0].Connected
+		f, _ := a.tr.PeerFeatures(2)
+		return f == 0 && a.tr.PeerStats()[0].Connected
 	})
+}
+
+// TestPeerFeaturesWait: a peer's features are not known without a connection, nor on a new
+// one until they arrive or Config.FeaturesWait passes without them (the previous release):
+// a leader must not take a peer that has not spoken yet for an old one.
+func TestPeerFeaturesWait(t *testing.T) {
+	const wait = 500 * time.Millisecond
+	a, err := New(Config{NodeID: 1, Listen: "127.0.0.1:0", Secret: testSecret, Handler: func(uint64, []Envelope) {},
+		RedialMin: time.Millisecond, RedialMax: 20 * time.Millisecond, FeaturesWait: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	oldAddr, _ := oldListener(t, 4)
+	a.SetPeer(4, oldAddr)
+	if _, known := a.PeerFeatures(4); known {
+		t.Fatal("features known before any connection")
+	}
+	start := time.Now()
+	poll(t, "a connection to node 4", func() bool {
+		a.Send(4, heartbeat(1, 1))
+		return a.PeerStats()[0].Connected
+	})
+	if f, known := a.PeerFeatures(4); known && time.Since(start) < wait {
+		t.Fatalf("features %#x known %v after the dial, before the wait of %v passed", f, time.Since(start), wait)
+	}
+	poll(t, "node 4 taken for the previous release", func() bool {
+		f, known := a.PeerFeatures(4)
+		return known && f == 0
+	})
+	if took := time.Since(start); took < wait {
+		t.Fatalf("no features taken as final after %v, before the wait of %v", took, wait)
+	}
 }
 
 // poll checks cond on a short tick until it holds, failing after a deadline generous for

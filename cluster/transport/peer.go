@@ -27,9 +27,13 @@ type peer struct {
 	conn net.Conn
 	// features are what the listener at the other end of conn announced (handshake.go), 0
 	// while it has not (a broker of the previous release never does) and without a
-	// connection. Stored by conn's features reader under mu (only while conn is still the
-	// peer's), reset by closeConn and dial; read by anyone (PeerFeatures) and by run.
-	features atomic.Uint64
+	// connection; announced says the message came. Stored by conn's features reader under
+	// mu (only while conn is still the peer's), reset by closeConn and dial; read by anyone
+	// (PeerFeatures) and by run. connected is when conn's handshake ended (UnixNano; 0
+	// without a connection), for PeerFeatures to tell "not yet" from "never".
+	features  atomic.Uint64
+	announced atomic.Bool
+	connected atomic.Int64
 }
 
 func newPeer(t *Transport, node uint64, addr string, c *peerCounters) *peer {
@@ -174,6 +178,8 @@ func (p *peer) dial() (net.Conn, error) {
 	}
 	p.conn = c
 	p.features.Store(0)
+	p.announced.Store(false)
+	p.connected.Store(time.Now().UnixNano())
 	p.t.wg.Add(1)
 	go p.readFeatures(c, ss)
 	return c, nil
@@ -198,9 +204,24 @@ func (p *peer) readFeatures(c net.Conn, ss session) {
 	p.mu.Lock()
 	if p.conn == c {
 		p.features.Store(f)
+		p.announced.Store(true)
 	}
 	p.mu.Unlock()
 	_, _ = io.Copy(io.Discard, c) // until it closes
+}
+
+// knownFeatures are the features of the current connection and whether they are known:
+// announced, or none announced within FeaturesWait of the handshake (the previous
+// release); not known without a connection or while the wait runs.
+func (p *peer) knownFeatures() (uint64, bool) {
+	if p.announced.Load() {
+		return p.features.Load(), true
+	}
+	at := p.connected.Load()
+	if at == 0 {
+		return 0, false
+	}
+	return p.features.Load(), time.Since(time.Unix(0, at)) >= p.t.cfg.FeaturesWait
 }
 
 // withFeatures drops from batch (in place) the messages whose Needs the connection's
@@ -236,4 +257,6 @@ func (p *peer) closeConn() {
 		p.conn = nil
 	}
 	p.features.Store(0)
+	p.announced.Store(false)
+	p.connected.Store(0)
 }

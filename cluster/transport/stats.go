@@ -58,15 +58,19 @@ func (t *Transport) PeerStats() []PeerStats {
 }
 
 // PeerFeatures are the features node announced on this broker's current connection to it
-// (see PeerStats.Features): a leader checks them before it sends a message only a peer with
-// a feature takes, and sets the message's Envelope.Needs. Safe for concurrent use; cheap
+// (see PeerStats.Features), and whether they are known: not while there is no connection,
+// nor in the first Config.FeaturesWait of one whose announcement has not come (a listener
+// of the previous release never sends one; after the wait, none is the answer). A leader
+// checks them before it sends a message only a peer with a feature takes, and sets the
+// message's Envelope.Needs; while they are not known it waits rather than send the previous
+// release's form to a peer that only had not spoken yet. Safe for concurrent use; cheap
 // (the transport's mutex for a map lookup).
-func (t *Transport) PeerFeatures(node uint64) uint64 {
+func (t *Transport) PeerFeatures(node uint64) (features uint64, known bool) {
 	t.mu.Lock()
 	p := t.peers[node]
 	t.mu.Unlock()
 	if p == nil {
-		return 0
+		return 0, false
 	}
-	return p.features.Load()
+	return p.knownFeatures()
 }

@@ -36,6 +36,11 @@ type Config struct {
 	// DialTimeout bounds a dial and its handshake (default 2 s); HandshakeTimeout bounds the
 	// listener's side (default 5 s); WriteTimeout bounds one frame write (default 5 s).
 	DialTimeout, HandshakeTimeout, WriteTimeout time.Duration
+	// FeaturesWait is how long after a dial's handshake PeerFeatures says the peer's
+	// features are not known yet when its features message has not arrived (default 5 s):
+	// a listener of this release sends it at once, one of the previous release never does,
+	// and only the wait tells the two apart.
+	FeaturesWait time.Duration
 	// RedialMin and RedialMax bound the backoff between dials to a dead peer (default 50 ms,
 	// 1 s), with jitter.
 	RedialMin, RedialMax time.Duration
@@ -70,6 +75,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&cfg.DialTimeout, 2*time.Second)
 	def(&cfg.HandshakeTimeout, 5*time.Second)
 	def(&cfg.WriteTimeout, 5*time.Second)
+	def(&cfg.FeaturesWait, 5*time.Second)
 	def(&cfg.RedialMin, 50*time.Millisecond)
 	def(&cfg.RedialMax, time.Second)
 	if cfg.QueueLen <= 0 {
