@@ -205,7 +205,13 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			ch.Release()
 		}
 	}
-	cut, stall := t.cfg.Faults.segmentCut()
+	// The armed fault (tests) is taken by the first stream that has a chunk to send, not by
+	// one refused before any: the test means the stream that carries the segments.
+	var (
+		cut   int64
+		stall <-chan struct{}
+		armed bool
+	)
 	counter, _ := src.(SentCounter)
 	lastBase := int64(-1)
 	var sent int64
@@ -229,6 +235,10 @@ func (t *Transport) serveSegments(c net.Conn, from uint64) {
 			n := min(end-pos, MaxSegmentChunk)
 			putSegHeader(hdr[:], segHeader{kind: segKindData, length: uint32(n), a: ch.SegmentBase(), b: pos})
 			_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+			if !armed {
+				cut, stall = t.cfg.Faults.segmentCut()
+				armed = true
+			}
 			if cut > 0 && sent+n > cut {
 				// Fault injection: the header, then the connection drops (or, for a stall,
 				// stays open and silent until released or the transport closes).
