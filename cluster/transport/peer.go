@@ -212,8 +212,11 @@ func (p *peer) readFeatures(c net.Conn, ss session) {
 
 // knownFeatures are the features of the current connection and whether they are known:
 // announced, or none announced within FeaturesWait of the handshake (the previous
-// release); not known without a connection or while the wait runs.
+// release); not known without a connection or while the wait runs. Under mu, which every
+// change of the three fields holds, so that they are read as one.
 func (p *peer) knownFeatures() (uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.announced.Load() {
 		return p.features.Load(), true
 	}
