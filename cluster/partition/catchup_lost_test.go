@@ -111,9 +111,7 @@ func leaderLostCase(t *testing.T, how lossKind) {
 	select {
 	case <-mid:
 	case <-time.After(25 * time.Second):
-		for _, id := range c.live() {
-			t.Logf("node %d: %+v; catch-ups %+v", id, c.part(id).Status(), c.part(id).CatchUps())
-		}
+		defer c.logStatusIfFailed()
 		t.Fatal("the follower's segment stream did not start")
 	}
 	if st := c.part(l).Status(); !st.IsLeader {

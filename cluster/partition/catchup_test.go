@@ -132,8 +132,8 @@ func TestSegmentCatchUpCut(t *testing.T) { catchUpCase(t, 6000, 0) }
 
 // TestSegmentCatchUpFeaturesLate: the leader's snapshots for the restarted follower are
 // made while its features are not known yet (its new connection's announcement had not
-// come: CI once saw the leader take it for a previous-release broker then, and empty its
-// log with a version 1 snapshot); the leader holds them back until it knows, then sends
+// come, when the leader used to take it for a previous-release broker and empty its log
+// with a version 1 snapshot); the leader holds them back until it knows, then sends
 // version 2 only.
 func TestSegmentCatchUpFeaturesLate(t *testing.T) { catchUpCase(t, 0, 3) }
 

@@ -78,20 +78,25 @@ func committed(t testing.TB, p *Partition) []stored {
 	return out
 }
 
+// logStatusIfFailed logs every live replica's status once the test has failed (deferred by
+// the waits, so that a timeout says which replica is stuck where).
+func (c *cluster) logStatusIfFailed() {
+	if !c.t.Failed() {
+		return
+	}
+	for _, id := range c.live() {
+		if p := c.part(id); p != nil {
+			c.t.Logf("node %d: %+v; catch-ups %+v", id, p.Status(), p.CatchUps())
+		}
+	}
+}
+
 // quiet waits until every running node has applied the same high watermark, which is the
 // end of the leader's log (nothing uncommitted).
 func (c *cluster) quiet() int64 {
 	c.t.Helper()
 	var hw int64
-	defer func() {
-		if c.t.Failed() {
-			for _, id := range c.live() {
-				if p := c.part(id); p != nil {
-					c.t.Logf("node %d: %+v", id, p.Status())
-				}
-			}
-		}
-	}()
+	defer c.logStatusIfFailed()
 	waitFor(c.t, "every replica to apply the leader's whole log", func() bool {
 		ids := c.live()
 		var lead *Partition

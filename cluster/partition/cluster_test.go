@@ -175,15 +175,7 @@ func (c *cluster) live() []uint64 {
 func (c *cluster) leader() uint64 {
 	c.t.Helper()
 	var l uint64
-	defer func() {
-		if c.t.Failed() {
-			for _, id := range c.live() {
-				if p := c.part(id); p != nil {
-					c.t.Logf("node %d: %+v", id, p.Status())
-				}
-			}
-		}
-	}()
+	defer c.logStatusIfFailed()
 	waitFor(c.t, "a ready leader", func() bool {
 		for _, id := range c.live() {
 			if p := c.part(id); p != nil {
